@@ -1,0 +1,65 @@
+//! # spool
+//!
+//! An embedded, append-only-log message queue with consumer groups: Kafka's log semantics
+//! in a library. Open a data directory, publish to topics, pull deliveries and ack or
+//! nack them in-process.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), spool::Error> {
+//! use spool::{Headers, Spool};
+//! let mq = Spool::open("Data Source=./demo-data;Mode=Embedded")?;
+//! mq.publish("factory.events", b"order-created".to_vec(), &Headers::new()).await?;
+//! let mut consumer = mq.consumer("factory.events", "quality-workers").manual_ack().build()?;
+//! let d = consumer.recv().await?;
+//! d.ack().await?;
+//! mq.close().await
+//! # }
+//! ```
+//!
+//! # Layout
+//! Dependencies point down this list, never up:
+//! - [`runtime`](crate::Spool): the `Spool` handle, `Consumer`, `Delivery`, the group-commit
+//!   and ticker threads. The only module that imports tokio.
+//! - `queue`: the semantics (produce + de-duplication, group state, ack/nack,
+//!   dead-letter, reset, retention). Synchronous; takes `now` as an argument.
+//! - `log` (one topic's segments: append, read, index, recovery, retention; knows no
+//!   groups) and `catalog` (the redb file: topics, cursors, attempts, dead-letter intents;
+//!   never reads segments).
+//! - `format` (bytes <-> structs, no I/O) and `io` (the only code touching segment files).
+//! - `options` and `error` are leaves.
+//!
+//! See ARCHITECTURE.md for the on-disk format and the invariants.
+#![deny(unsafe_code)]
+#![warn(clippy::unwrap_used)]
+
+mod catalog;
+mod error;
+mod fault;
+mod format;
+mod io;
+mod log;
+mod options;
+mod queue;
+mod runtime;
+
+pub use error::{Error, Result};
+pub use format::record::Record;
+pub use options::{Mode, Options, SyncPolicy};
+pub use queue::{GroupInfo, NackOutcome, OffsetReset, PendingAttempt, TopicInfo};
+pub use runtime::{Consumer, ConsumerBuilder, Delivery, Pull, Spool};
+
+/// Message headers: ordered string pairs. `message-id` is used for de-duplication.
+pub type Headers = std::collections::BTreeMap<String, String>;
+
+/// Names and limits applications may want to refer to.
+pub mod consts {
+    pub use crate::log::MESSAGE_ID_HEADER;
+    pub use crate::options::{
+        DEFAULT_DEAD_LETTER_SUFFIX, DEFAULT_DEDUP_WINDOW, DEFAULT_MAX_DELIVERY_ATTEMPTS,
+        DEFAULT_MAX_MESSAGE_BYTES, MAX_MESSAGE_ID_BYTES, MAX_NAME_LEN,
+    };
+    pub use crate::queue::{
+        UNCLEAN_STOP_REASON, X_CONSUMER_GROUP, X_DEAD_LETTER_REASON, X_DELIVERY_ATTEMPTS,
+        X_ORIGINAL_OFFSET, X_ORIGINAL_TIMESTAMP, X_ORIGINAL_TOPIC,
+    };
+}

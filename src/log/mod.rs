@@ -1,0 +1,454 @@
+//! One topic's log: a directory of segments, appended by one writer, read by many readers.
+//!
+//! **Invariants:** the log knows records and offsets, never groups or the catalog. Offsets
+//! are dense from the first segment's base to `next`. Only the last segment is written;
+//! a segment is synced before the next one is created, so a sealed segment is always
+//! durable. Readers never see bytes past a segment's published `end`.
+
+pub mod segment;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock, RwLock};
+
+use crate::Headers;
+use crate::error::{Error, Result};
+use crate::format::record::{self, Record};
+use crate::format::segment::{INDEX_ENTRY_LEN, IndexEntry, SEGMENT_HEADER_LEN, encode_entry};
+use crate::io::DataFile;
+pub use segment::MESSAGE_ID_HEADER;
+use segment::{Poison, Segment, read_lock, wants_entry, write_lock};
+
+/// How a log lays out its files.
+#[derive(Clone, Copy, Debug)]
+pub struct LogConfig {
+    pub segment_bytes: u64,
+    pub index_interval_bytes: u64,
+    /// Largest record body the reader accepts (bounds allocation on corrupt lengths).
+    pub max_body: usize,
+}
+
+/// What the log reports about itself.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LogStats {
+    pub earliest: u64,
+    pub next: u64,
+    pub bytes: u64,
+    pub segments: usize,
+}
+
+/// A cheap, clonable read handle.
+#[derive(Clone, Debug)]
+pub struct LogReader {
+    segments: Arc<RwLock<Vec<Arc<Segment>>>>,
+    cfg: LogConfig,
+}
+
+/// The single writer of a topic's log. Callers serialise access (one `&mut`).
+#[derive(Debug)]
+pub struct TopicLog {
+    dir: PathBuf,
+    cfg: LogConfig,
+    reader: LogReader,
+    active: Arc<Segment>,
+    index_file: DataFile,
+    /// Position of the active segment's last index entry.
+    last_entry: Option<u64>,
+    /// Entries in the active segment's index file.
+    index_count: u64,
+    buf: Vec<u8>,
+    index_buf: Vec<u8>,
+    poison: Poison,
+}
+
+/// One message to append.
+pub struct Append<'a> {
+    pub payload: &'a [u8],
+    pub headers: &'a Headers,
+}
+
+impl TopicLog {
+    /// Opens (or creates) the log in `dir`. Reads sealed segments' index footers and
+    /// scans only the active segment's tail.
+    pub fn open(dir: &Path, cfg: LogConfig, now_ms: u64) -> Result<TopicLog> {
+        crate::io::create_dir_all(dir)?;
+        let mut bases: Vec<u64> = Vec::new();
+        let mut stray_indexes: Vec<u64> = Vec::new();
+        for name in crate::io::list_dir(dir)? {
+            if let Some(b) = name.strip_suffix(".log").and_then(parse_base) {
+                bases.push(b);
+            } else if let Some(b) = name.strip_suffix(".idx").and_then(parse_base) {
+                stray_indexes.push(b);
+            }
+        }
+        bases.sort_unstable();
+        for b in stray_indexes {
+            if bases.binary_search(&b).is_err() {
+                // Left behind by retention stopped half-way.
+                crate::io::remove_file(&dir.join(segment::index_file_name(b)))?;
+            }
+        }
+        let poison: Poison = Arc::new(OnceLock::new());
+        // A last segment torn during creation (shorter than its header) holds nothing:
+        // the previous segment is the active one.
+        while bases.len() > 1 {
+            let last = *bases.last().unwrap_or(&0);
+            let path = dir.join(segment::segment_file_name(last));
+            let len = DataFile::open(&path)?.len()?;
+            if len >= SEGMENT_HEADER_LEN as u64 {
+                break;
+            }
+            tracing::warn!(segment = %path.display(), "removing a segment torn during creation");
+            crate::io::remove_file(&path)?;
+            crate::io::remove_file(&dir.join(segment::index_file_name(last)))?;
+            bases.pop();
+        }
+        let mut segments: Vec<Arc<Segment>> = Vec::with_capacity(bases.len().max(1));
+        let interval = cfg.index_interval_bytes;
+        for (i, &base) in bases.iter().enumerate() {
+            let path = dir.join(segment::segment_file_name(base));
+            let seg = if i + 1 == bases.len() {
+                Segment::open_active(path, base, cfg.max_body, interval, poison.clone())?
+            } else {
+                Segment::open_sealed(path, base, cfg.max_body, interval, poison.clone())?
+            };
+            if let Some(prev) = segments.last()
+                && prev.next() != base
+            {
+                return Err(Error::corrupt(
+                    &seg.path,
+                    format!(
+                        "gap in the log: previous segment ends at offset {}, this one starts at {base}",
+                        prev.next()
+                    ),
+                ));
+            }
+            segments.push(Arc::new(seg));
+        }
+        if segments.is_empty() {
+            segments.push(Arc::new(Segment::create(
+                dir,
+                0,
+                now_ms,
+                cfg.max_body,
+                poison.clone(),
+            )?));
+        }
+        let active = segments
+            .last()
+            .cloned()
+            .ok_or_else(|| Error::corrupt(dir, "log has no segment after open (internal error)"))?;
+        let index_file = DataFile::open_or_create(&active.index_path)?;
+        let entries = active.index(interval)?;
+        let last_entry = entries.last().map(|e| e.position);
+        Ok(TopicLog {
+            dir: dir.to_owned(),
+            cfg,
+            reader: LogReader {
+                segments: Arc::new(RwLock::new(segments)),
+                cfg,
+            },
+            active,
+            index_file,
+            last_entry,
+            index_count: entries.len() as u64,
+            buf: Vec::new(),
+            index_buf: Vec::new(),
+            poison,
+        })
+    }
+
+    pub fn reader(&self) -> &LogReader {
+        &self.reader
+    }
+
+    /// The segment a publish must sync to be durable.
+    pub fn active(&self) -> &Arc<Segment> {
+        &self.active
+    }
+
+    pub fn next(&self) -> u64 {
+        self.active.next()
+    }
+
+    fn check_poison(&self) -> Result<()> {
+        match self.poison.get() {
+            Some(reason) => Err(Error::Poisoned {
+                reason: reason.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Appends `msgs` (already validated) with timestamps `max(now, previous)`. Returns
+    /// the first offset; the rest follow densely. One `write` per segment touched.
+    pub fn append(&mut self, msgs: &[Append<'_>], now_ms: u64) -> Result<u64> {
+        self.check_poison()?;
+        let first = self.active.next();
+        let mut pending = Pending::start(&self.active);
+        for m in msgs {
+            let hlen = record::headers_len(m.headers);
+            let frame = (record::RECORD_OVERHEAD + hlen + m.payload.len()) as u64;
+            if pending.next > self.active.base && pending.end + frame > self.cfg.segment_bytes {
+                self.flush(&mut pending)?;
+                self.roll(now_ms)?;
+                pending = Pending::start(&self.active);
+            }
+            let ts = now_ms.max(pending.last_ts);
+            let position = pending.end;
+            if wants_entry(self.last_entry, position, self.cfg.index_interval_bytes) {
+                let e = IndexEntry {
+                    offset: pending.next,
+                    position,
+                    timestamp_ms: ts,
+                    ids_before: pending.ids,
+                };
+                encode_entry(&e, &mut self.index_buf);
+                pending.entries.push(e);
+                self.last_entry = Some(position);
+            }
+            let n = record::encode(&mut self.buf, pending.next, ts, m.headers, m.payload);
+            debug_assert_eq!(n as u64, frame);
+            if pending.next == self.active.base {
+                pending.first_ts = ts;
+            }
+            pending.end += frame;
+            pending.next += 1;
+            pending.last_ts = ts;
+            if m.headers.contains_key(MESSAGE_ID_HEADER) {
+                pending.ids += 1;
+            }
+        }
+        self.flush(&mut pending)?;
+        Ok(first)
+    }
+
+    /// Writes the buffered records and index entries and makes them visible to readers.
+    fn flush(&mut self, p: &mut Pending) -> Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let at = self.active.end();
+        if let Err(e) = self.active.file.write_all_at(&self.buf, at) {
+            let _ = self.poison.set(format!("write failed: {e}"));
+            self.buf.clear();
+            self.index_buf.clear();
+            return Err(e);
+        }
+        self.buf.clear();
+        if !self.index_buf.is_empty() {
+            // The index is a cache: if this write is lost, open rebuilds the tail.
+            let at = self.index_count * INDEX_ENTRY_LEN as u64;
+            self.index_count += p.entries.len() as u64;
+            let r = self.index_file.write_all_at(&self.index_buf, at);
+            self.index_buf.clear();
+            if let Err(e) = r {
+                tracing::warn!(error = %e, "index write failed; it will be rebuilt on open");
+            }
+        }
+        self.active
+            .publish_progress(p.end, p.next, p.first_ts, p.last_ts, p.ids, &p.entries);
+        p.entries.clear();
+        Ok(())
+    }
+
+    /// Seals the active segment (synced, index footer written) and starts a new one.
+    fn roll(&mut self, now_ms: u64) -> Result<()> {
+        self.active.sync()?;
+        let s = self.active.summary();
+        let entries = self.active.index(self.cfg.index_interval_bytes)?;
+        segment::write_sealed_index(&self.active.index_path, &entries, &s)?;
+        self.active.mark_sealed();
+        let seg = match Segment::create(
+            &self.dir,
+            s.next,
+            now_ms,
+            self.cfg.max_body,
+            self.poison.clone(),
+        ) {
+            Ok(seg) => Arc::new(seg),
+            Err(e) => {
+                let _ = self.poison.set(format!("could not start a segment: {e}"));
+                return Err(e);
+            }
+        };
+        self.index_file = DataFile::open_or_create(&seg.index_path)?;
+        self.last_entry = None;
+        self.index_count = 0;
+        write_lock(&self.reader.segments).push(seg.clone());
+        self.active = seg;
+        Ok(())
+    }
+
+    /// Makes everything appended so far durable.
+    pub fn sync(&self) -> Result<()> {
+        self.active.sync()
+    }
+
+    /// Deletes whole sealed segments, oldest first, while the log keeps at least
+    /// `max_bytes` without them (0 = no limit) or their newest record is older than
+    /// `max_age_ms` (0 = no limit). Never the active segment. Returns the segments removed.
+    pub fn apply_retention(
+        &mut self,
+        now_ms: u64,
+        max_bytes: u64,
+        max_age_ms: u64,
+    ) -> Result<usize> {
+        let mut removed = Vec::new();
+        {
+            let mut segs = write_lock(&self.reader.segments);
+            let mut total: u64 = segs.iter().map(|s| s.end()).sum();
+            while segs.len() > 1 {
+                let oldest = &segs[0];
+                debug_assert!(oldest.is_sealed());
+                let by_bytes = max_bytes > 0 && total - oldest.end() >= max_bytes;
+                let by_age =
+                    max_age_ms > 0 && now_ms.saturating_sub(oldest.summary().last_ts) > max_age_ms;
+                if !(by_bytes || by_age) {
+                    break;
+                }
+                total -= oldest.end();
+                removed.push(segs.remove(0));
+            }
+        }
+        for seg in &removed {
+            tracing::info!(segment = %seg.path.display(), next = seg.next(), "retention deleted a segment");
+            crate::io::remove_file(&seg.path)?;
+            crate::io::remove_file(&seg.index_path)?;
+        }
+        if !removed.is_empty() {
+            crate::io::sync_dir(&self.dir)?;
+        }
+        Ok(removed.len())
+    }
+}
+
+/// The active segment's state while a batch is being encoded.
+struct Pending {
+    end: u64,
+    next: u64,
+    first_ts: u64,
+    last_ts: u64,
+    ids: u64,
+    entries: Vec<IndexEntry>,
+}
+
+impl Pending {
+    fn start(seg: &Segment) -> Pending {
+        let s = seg.summary();
+        Pending {
+            end: s.bytes,
+            next: s.next,
+            first_ts: s.first_ts,
+            last_ts: s.last_ts,
+            ids: s.id_count,
+            entries: Vec::new(),
+        }
+    }
+}
+
+fn parse_base(stem: &str) -> Option<u64> {
+    if stem.len() == 20 && stem.bytes().all(|b| b.is_ascii_digit()) {
+        stem.parse().ok()
+    } else {
+        None
+    }
+}
+
+impl LogReader {
+    fn snapshot(&self) -> Vec<Arc<Segment>> {
+        read_lock(&self.segments).clone()
+    }
+
+    pub fn stats(&self) -> LogStats {
+        let segs = read_lock(&self.segments);
+        LogStats {
+            earliest: segs.first().map_or(0, |s| s.base),
+            next: segs.last().map_or(0, |s| s.next()),
+            bytes: segs.iter().map(|s| s.end()).sum(),
+            segments: segs.len(),
+        }
+    }
+
+    pub fn earliest(&self) -> u64 {
+        read_lock(&self.segments).first().map_or(0, |s| s.base)
+    }
+
+    pub fn next(&self) -> u64 {
+        read_lock(&self.segments).last().map_or(0, |s| s.next())
+    }
+
+    /// Records from `from` (clamped to the earliest retained offset), at most `max_records`
+    /// and about `max_bytes` (at least one record is returned if any exists).
+    pub fn read(&self, from: u64, max_records: usize, max_bytes: usize) -> Result<Vec<Record>> {
+        let segs = self.snapshot();
+        let mut out = Vec::new();
+        let Some(first) = segs.first() else {
+            return Ok(out);
+        };
+        let mut at = from.max(first.base);
+        let start = segs.partition_point(|s| s.base <= at).saturating_sub(1);
+        let mut bytes = 0usize;
+        for seg in &segs[start..] {
+            if out.len() >= max_records || bytes >= max_bytes {
+                break;
+            }
+            if at >= seg.next() {
+                continue;
+            }
+            let before = out.len();
+            seg.read(
+                at,
+                max_records - out.len(),
+                max_bytes - bytes,
+                self.cfg.index_interval_bytes,
+                &mut out,
+            )?;
+            if out.len() == before {
+                break;
+            }
+            bytes += out[before..].iter().map(|r| r.payload.len()).sum::<usize>();
+            at = out.last().map_or(at, |r| r.offset + 1);
+        }
+        Ok(out)
+    }
+
+    /// The first offset whose record has a timestamp `>= ts_ms`; the log end if none.
+    pub fn offset_for_time(&self, ts_ms: u64) -> Result<u64> {
+        let segs = self.snapshot();
+        // Timestamps are monotonic across the log: binary search the segments.
+        let i = segs.partition_point(|s| s.is_empty() || s.summary().last_ts < ts_ms);
+        for seg in &segs[i.min(segs.len())..] {
+            if let Some(o) = seg.offset_for_time(ts_ms, self.cfg.index_interval_bytes)? {
+                return Ok(o);
+            }
+        }
+        Ok(segs.last().map_or(0, |s| s.next()))
+    }
+
+    /// Segments newest first with their id counts, for rebuilding de-duplication state.
+    pub fn segments_newest_first(&self) -> Vec<Arc<Segment>> {
+        let mut s = self.snapshot();
+        s.reverse();
+        s
+    }
+
+    /// Visits, in log order, the records of `seg` from a point where at least `want_ids`
+    /// of its message-ids follow (or from its start).
+    pub fn visit_last_ids(
+        &self,
+        seg: &Segment,
+        want_ids: u64,
+        f: impl FnMut(&Record),
+    ) -> Result<()> {
+        let interval = self.cfg.index_interval_bytes;
+        let total = seg.summary().id_count;
+        let entries = seg.index(interval)?;
+        // The latest entry with at least `want_ids` ids at or after it.
+        let from = entries
+            .iter()
+            .rev()
+            .find(|e| total - e.ids_before >= want_ids)
+            .map_or(seg.base, |e| e.offset);
+        seg.for_each_from(from, interval, f)
+    }
+}

@@ -1,0 +1,746 @@
+//! One segment file and its sparse index: scanning, recovery of a torn tail, reads.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock, RwLock};
+
+use bytes::{Bytes, BytesMut};
+
+use crate::error::{Error, Result};
+use crate::format::record::{self, Frame, Record};
+use crate::format::segment::{
+    self as fmt, FOOTER_LEN, INDEX_ENTRY_LEN, IndexEntry, SEGMENT_HEADER_LEN, SegmentSummary,
+};
+use crate::io::DataFile;
+
+/// Bytes read per syscall when reading or scanning a segment.
+pub const READ_CHUNK_BYTES: usize = 256 * 1024;
+/// Bytes read per syscall during recovery and index rebuilds.
+const SCAN_CHUNK_BYTES: usize = 1024 * 1024;
+
+/// The header a message-id lives in (the log only counts them).
+pub const MESSAGE_ID_HEADER: &str = "message-id";
+
+pub fn segment_file_name(base: u64) -> String {
+    format!("{base:020}.log")
+}
+pub fn index_file_name(base: u64) -> String {
+    format!("{base:020}.idx")
+}
+
+/// Set once, by the first failed write or sync of a topic: every later append fails.
+pub type Poison = Arc<OnceLock<String>>;
+
+/// A segment shared between the topic's writer and its readers.
+#[derive(Debug)]
+pub struct Segment {
+    pub base: u64,
+    pub path: PathBuf,
+    pub index_path: PathBuf,
+    pub(crate) file: DataFile,
+    /// Sparse entries; for a sealed segment loaded on first use (`index_loaded`).
+    index: RwLock<Vec<IndexEntry>>,
+    index_loaded: AtomicBool,
+    /// Bytes readers may read (header included). Stored after the data is written.
+    end: AtomicU64,
+    /// Offset after the last visible record.
+    next: AtomicU64,
+    first_ts: AtomicU64,
+    last_ts: AtomicU64,
+    id_count: AtomicU64,
+    sealed: AtomicBool,
+    /// Bytes known durable (everything below was covered by a completed sync).
+    synced: AtomicU64,
+    max_body: usize,
+    poison: Poison,
+}
+
+impl Segment {
+    pub fn end(&self) -> u64 {
+        self.end.load(Ordering::Acquire)
+    }
+    pub fn next(&self) -> u64 {
+        self.next.load(Ordering::Acquire)
+    }
+    pub fn is_sealed(&self) -> bool {
+        self.sealed.load(Ordering::Acquire)
+    }
+    pub fn is_empty(&self) -> bool {
+        self.next() == self.base
+    }
+    pub fn summary(&self) -> SegmentSummary {
+        SegmentSummary {
+            base: self.base,
+            next: self.next(),
+            bytes: self.end(),
+            first_ts: self.first_ts.load(Ordering::Acquire),
+            last_ts: self.last_ts.load(Ordering::Acquire),
+            id_count: self.id_count.load(Ordering::Acquire),
+        }
+    }
+
+    /// Makes everything written so far durable. A failure poisons the topic: the kernel
+    /// may have dropped the dirty pages, so a retry could report success falsely.
+    pub fn sync(&self) -> Result<()> {
+        if let Some(reason) = self.poison.get() {
+            return Err(Error::Poisoned {
+                reason: reason.clone(),
+            });
+        }
+        let end = self.end();
+        if self.synced.load(Ordering::Acquire) >= end {
+            return Ok(());
+        }
+        self.file.sync_data().inspect_err(|e| {
+            let _ = self.poison.set(format!("sync failed: {e}"));
+        })?;
+        self.synced.fetch_max(end, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// Whether the bytes below `end` are already durable.
+    pub fn is_synced_to(&self, end: u64) -> bool {
+        self.synced.load(Ordering::Acquire) >= end
+    }
+
+    /// Creates a new, empty active segment (header written and synced).
+    pub(crate) fn create(
+        dir: &Path,
+        base: u64,
+        now_ms: u64,
+        max_body: usize,
+        poison: Poison,
+    ) -> Result<Segment> {
+        let path = dir.join(segment_file_name(base));
+        let index_path = dir.join(index_file_name(base));
+        let file = DataFile::create_new(&path)?;
+        file.write_all_at(&fmt::encode_header(base, now_ms), 0)?;
+        file.sync_data()?;
+        // A stale index from an earlier life of this base would mislead readers.
+        crate::io::remove_file(&index_path)?;
+        crate::io::sync_dir(dir)?;
+        Ok(Segment {
+            base,
+            path,
+            index_path,
+            file,
+            index: RwLock::new(Vec::new()),
+            index_loaded: AtomicBool::new(true),
+            end: AtomicU64::new(SEGMENT_HEADER_LEN as u64),
+            next: AtomicU64::new(base),
+            first_ts: AtomicU64::new(0),
+            last_ts: AtomicU64::new(0),
+            id_count: AtomicU64::new(0),
+            sealed: AtomicBool::new(false),
+            synced: AtomicU64::new(SEGMENT_HEADER_LEN as u64),
+            max_body,
+            poison,
+        })
+    }
+
+    /// Opens a sealed segment from its index footer alone (no scan). Falls back to a scan,
+    /// which also rewrites the index, when the footer is missing or disagrees with the file.
+    pub(crate) fn open_sealed(
+        path: PathBuf,
+        base: u64,
+        max_body: usize,
+        interval: u64,
+        poison: Poison,
+    ) -> Result<Segment> {
+        let index_path = path.with_extension("idx");
+        let file = DataFile::open(&path)?;
+        let len = file.len()?;
+        check_header(&file, base)?;
+        if let Some(s) = read_footer(&index_path)?
+            && s.base == base
+            && s.bytes == len
+            && s.next >= base
+        {
+            let seg = Segment::from_parts(path, index_path, file, base, s, true, max_body, poison);
+            seg.index_loaded.store(false, Ordering::Release);
+            return Ok(seg);
+        }
+        tracing::warn!(segment = %path.display(), "sealed segment has no valid index; rebuilding it");
+        let scan = scan(
+            &file,
+            base,
+            ScanStart::header(base),
+            len,
+            interval,
+            max_body,
+            |_| {},
+        )?;
+        if let Some(why) = scan.stop {
+            return Err(Error::corrupt(
+                &path,
+                format!("sealed segment damaged at byte {}: {why}", scan.end),
+            ));
+        }
+        let s = scan.summary(base);
+        write_sealed_index(&index_path, &scan.entries, &s)?;
+        let seg = Segment::from_parts(path, index_path, file, base, s, true, max_body, poison);
+        *write_lock(&seg.index) = scan.entries;
+        Ok(seg)
+    }
+
+    /// Opens the active (last) segment: loads its index, validates the index against the
+    /// file, scans only the tail after the last good index entry, and truncates a torn or
+    /// corrupt tail.
+    pub(crate) fn open_active(
+        path: PathBuf,
+        base: u64,
+        max_body: usize,
+        interval: u64,
+        poison: Poison,
+    ) -> Result<Segment> {
+        let index_path = path.with_extension("idx");
+        let file = DataFile::open(&path)?;
+        let len = file.len()?;
+        if len < SEGMENT_HEADER_LEN as u64 {
+            // Torn during creation: the header was never synced, so no record was written.
+            tracing::warn!(segment = %path.display(), "active segment has a torn header; rewriting it");
+            file.set_len(0)?;
+            file.write_all_at(&fmt::encode_header(base, 0), 0)?;
+            file.sync_data()?;
+        } else {
+            check_header(&file, base)?;
+        }
+        let len = file.len()?;
+        let mut entries = load_index_entries(&index_path)?;
+        // Keep the longest prefix that is monotonic, inside the file, and whose last entry
+        // really points at its record: the index is never synced, so its tail may be junk.
+        let mut keep = 0;
+        let mut prev: Option<&IndexEntry> = None;
+        for e in &entries {
+            let ok = e.position >= SEGMENT_HEADER_LEN as u64
+                && e.position < len
+                && e.offset >= base
+                && prev.is_none_or(|p| {
+                    e.offset > p.offset
+                        && e.position > p.position
+                        && e.timestamp_ms >= p.timestamp_ms
+                        && e.ids_before >= p.ids_before
+                });
+            if !ok {
+                break;
+            }
+            keep += 1;
+            prev = Some(e);
+        }
+        entries.truncate(keep);
+        while let Some(last) = entries.last() {
+            if entry_points_at_record(&file, last, max_body)? {
+                break;
+            }
+            entries.pop();
+        }
+        if entries.first().is_some_and(|e| {
+            e.offset != base || e.position != SEGMENT_HEADER_LEN as u64 || e.ids_before != 0
+        }) {
+            entries.clear();
+        }
+        let start = match entries.pop() {
+            Some(e) => ScanStart {
+                position: e.position,
+                offset: e.offset,
+                ids_before: e.ids_before,
+            },
+            None => ScanStart::header(base),
+        };
+        let mut scan = scan(&file, base, start, len, interval, max_body, |_| {})?;
+        if let Some(why) = scan.stop {
+            tracing::warn!(
+                segment = %path.display(),
+                valid_bytes = scan.end,
+                file_bytes = len,
+                reason = why,
+                "truncating the torn or corrupt tail of the active segment"
+            );
+            file.set_len(scan.end)?;
+            file.sync_data()?;
+        }
+        let first_ts = match entries.first().or(scan.entries.first()) {
+            Some(e) => e.timestamp_ms,
+            None => 0,
+        };
+        entries.append(&mut scan.entries);
+        let mut s = scan.summary(base);
+        s.first_ts = first_ts;
+        // Rewrite the index so that it holds exactly the validated entries.
+        let mut bytes = Vec::with_capacity(entries.len() * INDEX_ENTRY_LEN);
+        for e in &entries {
+            fmt::encode_entry(e, &mut bytes);
+        }
+        let idx = DataFile::open_or_create(&index_path)?;
+        idx.set_len(0)?;
+        idx.write_all_at(&bytes, 0)?;
+        let seg = Segment::from_parts(path, index_path, file, base, s, false, max_body, poison);
+        *write_lock(&seg.index) = entries;
+        Ok(seg)
+    }
+
+    #[expect(clippy::too_many_arguments, reason = "a private constructor")]
+    fn from_parts(
+        path: PathBuf,
+        index_path: PathBuf,
+        file: DataFile,
+        base: u64,
+        s: SegmentSummary,
+        sealed: bool,
+        max_body: usize,
+        poison: Poison,
+    ) -> Segment {
+        Segment {
+            base,
+            path,
+            index_path,
+            file,
+            index: RwLock::new(Vec::new()),
+            index_loaded: AtomicBool::new(true),
+            end: AtomicU64::new(s.bytes),
+            next: AtomicU64::new(s.next),
+            first_ts: AtomicU64::new(s.first_ts),
+            last_ts: AtomicU64::new(s.last_ts),
+            id_count: AtomicU64::new(s.id_count),
+            sealed: AtomicBool::new(sealed),
+            // What recovery found on disk may not be durable yet (an unsynced tail).
+            synced: AtomicU64::new(if sealed {
+                s.bytes
+            } else {
+                SEGMENT_HEADER_LEN as u64
+            }),
+            max_body,
+            poison,
+        }
+    }
+
+    /// Called by the writer after appending `entries` and the bytes up to `end`.
+    pub(crate) fn publish_progress(
+        &self,
+        end: u64,
+        next: u64,
+        first_ts: u64,
+        last_ts: u64,
+        ids: u64,
+        entries: &[IndexEntry],
+    ) {
+        if !entries.is_empty() {
+            write_lock(&self.index).extend_from_slice(entries);
+        }
+        if self.is_empty() {
+            self.first_ts.store(first_ts, Ordering::Release);
+        }
+        self.last_ts.store(last_ts, Ordering::Release);
+        self.id_count.store(ids, Ordering::Release);
+        // `end` before `next`: a reader that sees the new `next` also sees the bytes.
+        self.end.store(end, Ordering::Release);
+        self.next.store(next, Ordering::Release);
+    }
+
+    pub(crate) fn mark_sealed(&self) {
+        self.sealed.store(true, Ordering::Release);
+    }
+
+    /// The entries of the index, loading a sealed segment's index on first use.
+    pub(crate) fn index(&self, interval: u64) -> Result<Vec<IndexEntry>> {
+        self.ensure_index(interval)?;
+        Ok(read_lock(&self.index).clone())
+    }
+
+    /// The last index entry at or before `offset` (binary search).
+    fn entry_for_offset(&self, offset: u64, interval: u64) -> Result<Option<IndexEntry>> {
+        self.ensure_index(interval)?;
+        let idx = read_lock(&self.index);
+        let i = idx.partition_point(|e| e.offset <= offset);
+        Ok(if i == 0 { None } else { Some(idx[i - 1]) })
+    }
+
+    /// The last index entry whose timestamp is before `ts_ms`.
+    fn entry_before_time(&self, ts_ms: u64, interval: u64) -> Result<Option<IndexEntry>> {
+        self.ensure_index(interval)?;
+        let idx = read_lock(&self.index);
+        let i = idx.partition_point(|e| e.timestamp_ms < ts_ms);
+        Ok(if i == 0 { None } else { Some(idx[i - 1]) })
+    }
+
+    fn ensure_index(&self, interval: u64) -> Result<()> {
+        if self.index_loaded.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let mut guard = write_lock(&self.index);
+        if self.index_loaded.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let raw = match DataFile::open(&self.index_path) {
+            Ok(f) => f.read_all()?,
+            Err(_) => Vec::new(),
+        };
+        let entries = match fmt::decode_sealed_index(&raw) {
+            Some((entries, s)) if s.base == self.base && s.bytes == self.end() => entries,
+            _ => {
+                tracing::warn!(segment = %self.path.display(), "index damaged; rebuilding it");
+                let scan = scan(
+                    &self.file,
+                    self.base,
+                    ScanStart::header(self.base),
+                    self.end(),
+                    interval,
+                    self.max_body,
+                    |_| {},
+                )?;
+                if let Some(why) = scan.stop {
+                    return Err(Error::corrupt(
+                        &self.path,
+                        format!("sealed segment damaged at byte {}: {why}", scan.end),
+                    ));
+                }
+                write_sealed_index(&self.index_path, &scan.entries, &scan.summary(self.base))?;
+                scan.entries
+            }
+        };
+        *guard = entries;
+        self.index_loaded.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Appends the records with offsets in `[from, ..)` to `out`, up to `max_records`
+    /// records and about `max_bytes` bytes. Reads in chunks; checks every crc and offset.
+    pub(crate) fn read(
+        &self,
+        from: u64,
+        max_records: usize,
+        max_bytes: usize,
+        interval: u64,
+        out: &mut Vec<Record>,
+    ) -> Result<()> {
+        let end = self.end();
+        let (mut pos, mut expected) = match self.entry_for_offset(from, interval)? {
+            Some(e) => (e.position, e.offset),
+            None => (SEGMENT_HEADER_LEN as u64, self.base),
+        };
+        let mut bytes_out = 0usize;
+        let mut want = READ_CHUNK_BYTES;
+        while pos < end && out.len() < max_records && bytes_out < max_bytes {
+            let chunk = read_chunk(&self.file, pos, want.min((end - pos) as usize))?;
+            want = READ_CHUNK_BYTES;
+            let mut cur = 0usize;
+            while cur < chunk.len() && out.len() < max_records && bytes_out < max_bytes {
+                match record::decode(&chunk.slice(cur..), self.max_body) {
+                    Frame::Complete { record, len } => {
+                        if record.offset != expected {
+                            return Err(Error::corrupt(
+                                &self.path,
+                                format!(
+                                    "record at byte {} has offset {} where {} was expected",
+                                    pos + cur as u64,
+                                    record.offset,
+                                    expected
+                                ),
+                            ));
+                        }
+                        expected += 1;
+                        cur += len;
+                        if record.offset >= from {
+                            bytes_out += len;
+                            out.push(record);
+                        }
+                    }
+                    Frame::Incomplete { needed } => {
+                        if pos + (cur + needed) as u64 > end {
+                            return Err(Error::corrupt(
+                                &self.path,
+                                format!("record at byte {} runs past the end", pos + cur as u64),
+                            ));
+                        }
+                        want = needed.max(READ_CHUNK_BYTES);
+                        break;
+                    }
+                    Frame::Corrupt(why) => {
+                        return Err(Error::corrupt(
+                            &self.path,
+                            format!("record at byte {}: {why}", pos + cur as u64),
+                        ));
+                    }
+                }
+            }
+            pos += cur as u64;
+        }
+        Ok(())
+    }
+
+    /// The first offset in this segment whose timestamp is `>= ts_ms`, if any.
+    pub(crate) fn offset_for_time(&self, ts_ms: u64, interval: u64) -> Result<Option<u64>> {
+        if self.is_empty() || self.last_ts.load(Ordering::Acquire) < ts_ms {
+            return Ok(None);
+        }
+        let from = match self.entry_before_time(ts_ms, interval)? {
+            Some(e) => e.offset,
+            None => self.base,
+        };
+        let mut batch = Vec::new();
+        let mut at = from;
+        loop {
+            batch.clear();
+            self.read(at, 1024, usize::MAX, interval, &mut batch)?;
+            let Some(last) = batch.last() else {
+                return Ok(None);
+            };
+            if let Some(r) = batch.iter().find(|r| r.timestamp_ms >= ts_ms) {
+                return Ok(Some(r.offset));
+            }
+            at = last.offset + 1;
+        }
+    }
+
+    /// Visits every record from the index entry at or before `from` to the end, in order.
+    pub(crate) fn for_each_from(
+        &self,
+        from: u64,
+        interval: u64,
+        mut f: impl FnMut(&Record),
+    ) -> Result<()> {
+        let mut batch = Vec::new();
+        let mut at = from;
+        loop {
+            batch.clear();
+            self.read(at, 4096, 16 << 20, interval, &mut batch)?;
+            let Some(last) = batch.last() else {
+                return Ok(());
+            };
+            at = last.offset + 1;
+            batch.iter().for_each(&mut f);
+        }
+    }
+}
+
+fn check_header(file: &DataFile, base: u64) -> Result<()> {
+    let mut h = [0u8; SEGMENT_HEADER_LEN];
+    let n = file.read_at(&mut h, 0)?;
+    let found = fmt::decode_header(&h[..n]).map_err(|why| Error::corrupt(file.path(), why))?;
+    if found != base {
+        return Err(Error::corrupt(
+            file.path(),
+            format!("header says base offset {found}, file name says {base}"),
+        ));
+    }
+    Ok(())
+}
+
+fn read_chunk(file: &DataFile, pos: u64, len: usize) -> Result<Bytes> {
+    let mut buf = BytesMut::zeroed(len);
+    let n = file.read_at(&mut buf, pos)?;
+    buf.truncate(n);
+    Ok(buf.freeze())
+}
+
+fn read_footer(index_path: &Path) -> Result<Option<SegmentSummary>> {
+    let Ok(f) = DataFile::open(index_path) else {
+        return Ok(None);
+    };
+    let len = f.len()?;
+    if len < FOOTER_LEN as u64 {
+        return Ok(None);
+    }
+    // Only the footer is read at open; the entries are checked when first used.
+    let mut footer = [0u8; FOOTER_LEN];
+    f.read_at(&mut footer, len - FOOTER_LEN as u64)?;
+    let entries_len = len - FOOTER_LEN as u64;
+    let count = u32::from_le_bytes([footer[4], footer[5], footer[6], footer[7]]) as u64;
+    if footer[0..4] != fmt::FOOTER_MAGIC || count * INDEX_ENTRY_LEN as u64 != entries_len {
+        return Ok(None);
+    }
+    let u = |at: usize| {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(&footer[at..at + 8]);
+        u64::from_le_bytes(a)
+    };
+    Ok(Some(SegmentSummary {
+        base: u(8),
+        next: u(16),
+        bytes: u(24),
+        first_ts: u(32),
+        last_ts: u(40),
+        id_count: u(48),
+    }))
+}
+
+fn load_index_entries(index_path: &Path) -> Result<Vec<IndexEntry>> {
+    let Ok(f) = DataFile::open(index_path) else {
+        return Ok(Vec::new());
+    };
+    let raw = f.read_all()?;
+    if let Some((entries, _)) = fmt::decode_sealed_index(&raw) {
+        // Sealed just before the next segment was created: reopen it as active.
+        return Ok(entries);
+    }
+    Ok(fmt::decode_entries(&raw))
+}
+
+/// Writes a sealed index (entries + footer). Not synced: the index is a cache, and a torn
+/// one fails its crc and is rebuilt.
+pub(crate) fn write_sealed_index(
+    index_path: &Path,
+    entries: &[IndexEntry],
+    s: &SegmentSummary,
+) -> Result<()> {
+    let mut bytes = Vec::with_capacity(entries.len() * INDEX_ENTRY_LEN + FOOTER_LEN);
+    for e in entries {
+        fmt::encode_entry(e, &mut bytes);
+    }
+    let footer = fmt::encode_footer(&bytes, s);
+    bytes.extend_from_slice(&footer);
+    let f = DataFile::open_or_create(index_path)?;
+    f.write_all_at(&bytes, 0)?;
+    f.set_len(bytes.len() as u64)
+}
+
+fn entry_points_at_record(file: &DataFile, e: &IndexEntry, max_body: usize) -> Result<bool> {
+    let mut want = 4096usize;
+    loop {
+        let chunk = read_chunk(file, e.position, want)?;
+        match record::decode(&chunk, max_body) {
+            Frame::Complete { record, .. } => {
+                return Ok(record.offset == e.offset && record.timestamp_ms == e.timestamp_ms);
+            }
+            Frame::Incomplete { needed } if needed > want && chunk.len() == want => want = needed,
+            _ => return Ok(false),
+        }
+    }
+}
+
+/// Where a scan starts: a record boundary and what is known before it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ScanStart {
+    pub position: u64,
+    pub offset: u64,
+    pub ids_before: u64,
+}
+
+impl ScanStart {
+    fn header(base: u64) -> Self {
+        ScanStart {
+            position: SEGMENT_HEADER_LEN as u64,
+            offset: base,
+            ids_before: 0,
+        }
+    }
+}
+
+pub(crate) struct ScanResult {
+    /// Position after the last valid record.
+    pub end: u64,
+    pub next: u64,
+    /// Index entries for the records scanned (sampled like the writer does).
+    pub entries: Vec<IndexEntry>,
+    pub last_ts: u64,
+    pub ids: u64,
+    /// Why the scan stopped before `len`, if it did.
+    pub stop: Option<&'static str>,
+}
+
+impl ScanResult {
+    fn summary(&self, base: u64) -> SegmentSummary {
+        SegmentSummary {
+            base,
+            next: self.next,
+            bytes: self.end,
+            first_ts: self.entries.first().map_or(0, |e| e.timestamp_ms),
+            last_ts: self.last_ts,
+            id_count: self.ids,
+        }
+    }
+}
+
+/// Whether the writer (and the scanner) puts an index entry at a record at `position`.
+pub(crate) fn wants_entry(last_entry_position: Option<u64>, position: u64, interval: u64) -> bool {
+    last_entry_position.is_none_or(|p| position - p >= interval)
+}
+
+/// Reads records from `start` to `len`, checking crc and offsets; stops at the first
+/// frame that is short, corrupt or misnumbered. The entry at `start` itself is re-added.
+pub(crate) fn scan(
+    file: &DataFile,
+    base: u64,
+    start: ScanStart,
+    len: u64,
+    interval: u64,
+    max_body: usize,
+    mut visit: impl FnMut(&Record),
+) -> Result<ScanResult> {
+    debug_assert!(start.offset >= base);
+    let mut r = ScanResult {
+        end: start.position,
+        next: start.offset,
+        entries: Vec::new(),
+        last_ts: 0,
+        ids: start.ids_before,
+        stop: None,
+    };
+    let mut last_entry: Option<u64> = None;
+    let mut want = SCAN_CHUNK_BYTES;
+    while r.end < len {
+        let chunk = read_chunk(file, r.end, want.min((len - r.end) as usize))?;
+        if chunk.is_empty() {
+            // The file is shorter than its length said (concurrent truncation).
+            r.stop = Some("file ended early");
+            return Ok(r);
+        }
+        want = SCAN_CHUNK_BYTES;
+        let mut cur = 0usize;
+        while cur < chunk.len() {
+            match record::decode(&chunk.slice(cur..), max_body) {
+                Frame::Complete { record, len: n } => {
+                    if record.offset != r.next {
+                        r.stop = Some("record offset out of sequence");
+                        return Ok(r);
+                    }
+                    if record.timestamp_ms < r.last_ts {
+                        r.stop = Some("record timestamp goes backwards");
+                        return Ok(r);
+                    }
+                    let position = r.end + cur as u64;
+                    if wants_entry(last_entry, position, interval) {
+                        r.entries.push(IndexEntry {
+                            offset: record.offset,
+                            position,
+                            timestamp_ms: record.timestamp_ms,
+                            ids_before: r.ids,
+                        });
+                        last_entry = Some(position);
+                    }
+                    if record.headers.contains_key(MESSAGE_ID_HEADER) {
+                        r.ids += 1;
+                    }
+                    r.last_ts = record.timestamp_ms;
+                    r.next += 1;
+                    cur += n;
+                    visit(&record);
+                }
+                Frame::Incomplete { needed } => {
+                    if r.end + (cur + needed) as u64 > len {
+                        r.end += cur as u64;
+                        r.stop = Some("record cut short (torn write)");
+                        return Ok(r);
+                    }
+                    want = needed.max(SCAN_CHUNK_BYTES);
+                    break;
+                }
+                Frame::Corrupt(why) => {
+                    r.end += cur as u64;
+                    r.stop = Some(why);
+                    return Ok(r);
+                }
+            }
+        }
+        r.end += cur as u64;
+    }
+    Ok(r)
+}
+
+pub(crate) fn read_lock<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    // A panic while holding the lock leaves plain data behind; keep serving it.
+    l.read().unwrap_or_else(|e| e.into_inner())
+}
+pub(crate) fn write_lock<T>(l: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(|e| e.into_inner())
+}

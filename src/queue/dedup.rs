@@ -1,0 +1,92 @@
+//! Bounded message-id de-duplication: the last N ids appended to a topic, first in,
+//! first out. Memory is O(window), whatever the log's size.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+#[derive(Debug, Default)]
+pub struct Dedup {
+    window: usize,
+    /// id -> offset of the newest record carrying it.
+    map: HashMap<Arc<str>, u64>,
+    /// Ids in append order (so also offset order), with the offset they were appended at.
+    order: VecDeque<(Arc<str>, u64)>,
+}
+
+impl Dedup {
+    pub fn new(window: usize) -> Self {
+        Dedup {
+            window,
+            map: HashMap::new(),
+            order: VecDeque::new(),
+        }
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.window > 0
+    }
+
+    pub fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    /// The original offset of `id`, if it is in the window.
+    pub fn lookup(&self, id: &str) -> Option<u64> {
+        if !self.enabled() {
+            return None;
+        }
+        self.map.get(id).copied()
+    }
+
+    /// Records that `id` was appended at `offset`. A hit never comes here, so an id's
+    /// place is never refreshed.
+    pub fn insert(&mut self, id: &str, offset: u64) {
+        if !self.enabled() {
+            return;
+        }
+        let id: Arc<str> = Arc::from(id);
+        self.map.insert(id.clone(), offset);
+        self.order.push_back((id, offset));
+        while self.order.len() > self.window {
+            self.evict_front();
+        }
+        debug_assert!(self.map.len() <= self.order.len());
+    }
+
+    /// Forgets the ids of records below `earliest` (deleted by retention).
+    pub fn forget_below(&mut self, earliest: u64) {
+        while self.order.front().is_some_and(|(_, o)| *o < earliest) {
+            self.evict_front();
+        }
+    }
+
+    fn evict_front(&mut self) {
+        if let Some((id, offset)) = self.order.pop_front() {
+            // Only if the map still points at this entry (an id may be re-appended after
+            // its record was deleted by retention).
+            if self.map.get(&id) == Some(&offset) {
+                self.map.remove(&id);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Dedup;
+
+    #[test]
+    fn fifo_by_count_without_refresh() {
+        let mut d = Dedup::new(2);
+        d.insert("a", 0);
+        d.insert("b", 1);
+        assert_eq!(d.lookup("a"), Some(0));
+        d.insert("c", 2);
+        assert_eq!(d.lookup("a"), None);
+        assert_eq!(d.lookup("b"), Some(1));
+        d.forget_below(2);
+        assert_eq!(d.lookup("b"), None);
+        assert_eq!(d.lookup("c"), Some(2));
+        assert_eq!(Dedup::new(0).lookup("x"), None);
+    }
+}

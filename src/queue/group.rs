@@ -1,0 +1,293 @@
+//! One consumer group's state: the ack floor, what is out, what waits for redelivery.
+//!
+//! **Invariants** (checked by `check` in debug builds):
+//! - `cursor <= read_pos`; every offset in `[cursor, read_pos)` is in exactly one of
+//!   `in_flight`, `redeliver` and `done_above`; `cursor` itself is never in `done_above`.
+//! - The cursor moves only over offsets that are acked or dead-lettered (no skipping),
+//!   except when retention deleted them (counted in `skipped`).
+//! - `lease_end` (durable) is above every offset ever handed out, so after an unclean stop
+//!   the offsets that might have been out are bounded (`careful_until`).
+//!
+//! Pure state: no I/O. The engine persists `record()` and attempt rows.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use crate::catalog::{AttemptRecord, GroupRecord};
+use crate::format::record::Record;
+
+/// Records handed out under one durable lease commit.
+pub const LEASE_RECORDS: u64 = 4096;
+
+#[derive(Debug)]
+pub struct Group {
+    pub cursor: u64,
+    pub read_pos: u64,
+    pub epoch: u64,
+    /// offset -> token of the delivery that holds it.
+    pub in_flight: BTreeMap<u64, u64>,
+    pub done_above: BTreeSet<u64>,
+    pub redeliver: BTreeSet<u64>,
+    pub attempts: BTreeMap<u64, AttemptRecord>,
+    pub dead_lettered: u64,
+    pub skipped: u64,
+    pub lease_end: u64,
+    /// After an unclean stop: hand-outs below this are committed first (exact crash blame).
+    pub careful_until: u64,
+    pub max_in_flight: usize,
+    /// Memory is ahead of the catalog (auto-acks, hand-outs).
+    pub dirty: bool,
+    /// Attempt rows to delete at the next commit (offsets auto-acked after a nack).
+    pub stale_attempts: Vec<u64>,
+    pub next_token: u64,
+    /// Records from `read_pos` on, read ahead in batches.
+    pub prefetch: VecDeque<Record>,
+}
+
+impl Group {
+    pub fn new(cursor: u64) -> Group {
+        Group::from_record(&GroupRecord {
+            cursor,
+            lease_end: cursor,
+            ..GroupRecord::default()
+        })
+    }
+
+    /// Rebuilds a group from its durable image. Everything between the cursor and the
+    /// highest offset known to be done or out is queued for (re)delivery, in order.
+    pub fn from_record(r: &GroupRecord) -> Group {
+        let done_above: BTreeSet<u64> = r
+            .done_above
+            .iter()
+            .copied()
+            .filter(|&o| o > r.cursor)
+            .collect();
+        let top = [
+            done_above.last().map(|o| o + 1),
+            r.in_flight.iter().max().map(|o| o + 1),
+        ]
+        .into_iter()
+        .flatten()
+        .fold(r.cursor, u64::max);
+        let redeliver = (r.cursor..top)
+            .filter(|o| !done_above.contains(o))
+            .collect();
+        Group {
+            cursor: r.cursor,
+            read_pos: top,
+            epoch: r.epoch,
+            in_flight: BTreeMap::new(),
+            done_above,
+            redeliver,
+            attempts: BTreeMap::new(),
+            dead_lettered: r.dead_lettered,
+            skipped: r.skipped,
+            lease_end: r.lease_end.max(r.cursor),
+            careful_until: 0,
+            max_in_flight: 1,
+            dirty: false,
+            stale_attempts: Vec::new(),
+            next_token: 1,
+            prefetch: VecDeque::new(),
+        }
+    }
+
+    /// The durable image of this group.
+    pub fn record(&self) -> GroupRecord {
+        GroupRecord {
+            cursor: self.cursor,
+            epoch: self.epoch,
+            done_above: self.done_above.iter().copied().collect(),
+            in_flight: self.in_flight.keys().copied().collect(),
+            lease_end: self.lease_end,
+            dead_lettered: self.dead_lettered,
+            skipped: self.skipped,
+        }
+    }
+
+    /// How far the ack floor may trail the read position: bounds `done_above`.
+    pub fn span_max(&self) -> u64 {
+        (self.max_in_flight as u64).saturating_mul(4).max(1024)
+    }
+
+    /// Moves a cursor that retention left behind up to `earliest`; returns how many
+    /// unfinished records were skipped.
+    pub fn clamp_to(&mut self, earliest: u64) -> u64 {
+        if self.cursor >= earliest {
+            return 0;
+        }
+        let done_below = self.done_above.range(..earliest).count() as u64;
+        let skipped = earliest - self.cursor - done_below;
+        self.cursor = earliest;
+        self.read_pos = self.read_pos.max(earliest);
+        self.in_flight.retain(|&o, _| o >= earliest);
+        self.redeliver.retain(|&o| o >= earliest);
+        self.done_above.retain(|&o| o >= earliest);
+        let gone: Vec<u64> = self.attempts.range(..earliest).map(|(o, _)| *o).collect();
+        for o in gone {
+            self.attempts.remove(&o);
+            self.stale_attempts.push(o);
+        }
+        while self
+            .prefetch
+            .front()
+            .is_some_and(|r| r.offset < self.read_pos)
+        {
+            self.prefetch.pop_front();
+        }
+        self.skipped += skipped;
+        self.dirty = true;
+        self.advance();
+        skipped
+    }
+
+    /// The offset the next delivery would take, if any, given the log end.
+    pub fn next_offset(&mut self, log_next: u64) -> Option<u64> {
+        if self.in_flight.len() >= self.max_in_flight {
+            return None;
+        }
+        if let Some(&o) = self.redeliver.first() {
+            return Some(o);
+        }
+        while self.done_above.contains(&self.read_pos) {
+            self.read_pos += 1;
+        }
+        if self.read_pos >= log_next || self.read_pos - self.cursor >= self.span_max() {
+            return None;
+        }
+        Some(self.read_pos)
+    }
+
+    /// Records `offset` as handed out; returns the delivery's token.
+    pub fn hand_out(&mut self, offset: u64) -> u64 {
+        if !self.redeliver.remove(&offset) {
+            debug_assert_eq!(offset, self.read_pos);
+            self.read_pos = offset + 1;
+            while self
+                .prefetch
+                .front()
+                .is_some_and(|r| r.offset < self.read_pos)
+            {
+                self.prefetch.pop_front();
+            }
+        }
+        let token = self.next_token;
+        self.next_token += 1;
+        self.in_flight.insert(offset, token);
+        self.dirty = true;
+        self.check();
+        token
+    }
+
+    /// The attempt number a delivery of `offset` carries.
+    pub fn attempt_of(&self, offset: u64) -> u32 {
+        self.attempts
+            .get(&offset)
+            .map_or(0, |a| a.attempts)
+            .saturating_add(1)
+    }
+
+    /// Whether `token` still holds `offset` in `epoch`.
+    pub fn holds(&self, offset: u64, epoch: u64, token: u64) -> bool {
+        epoch == self.epoch && self.in_flight.get(&offset) == Some(&token)
+    }
+
+    /// Takes the cursor offset out of whatever state it is in (for low-level ack/nack),
+    /// so that it can be finished or nacked. Returns false if it is past the log end.
+    pub fn take_cursor(&mut self, log_next: u64) -> bool {
+        let o = self.cursor;
+        if o >= log_next {
+            return false;
+        }
+        if self.in_flight.remove(&o).is_none() && !self.redeliver.remove(&o) {
+            debug_assert_eq!(self.read_pos, o);
+            self.read_pos = o + 1;
+            while self
+                .prefetch
+                .front()
+                .is_some_and(|r| r.offset < self.read_pos)
+            {
+                self.prefetch.pop_front();
+            }
+        }
+        true
+    }
+
+    /// Marks `offset` (already taken out of `in_flight`/`redeliver`) as finished and
+    /// advances the floor over every finished offset in a row.
+    pub fn finish(&mut self, offset: u64) {
+        debug_assert!(offset >= self.cursor && offset < self.read_pos);
+        if self.attempts.remove(&offset).is_some() {
+            self.stale_attempts.push(offset);
+        }
+        if offset > self.cursor {
+            self.done_above.insert(offset);
+        } else {
+            self.cursor += 1;
+            self.advance();
+        }
+        self.dirty = true;
+        self.check();
+    }
+
+    fn advance(&mut self) {
+        while self.done_above.remove(&self.cursor) {
+            self.cursor += 1;
+        }
+        self.read_pos = self.read_pos.max(self.cursor);
+    }
+
+    /// Makes `offset` (and everything before it) part of `[cursor, read_pos)`, queuing
+    /// the offsets not yet handed out for delivery, so that `offset` can be finished.
+    pub fn materialize_to(&mut self, offset: u64) {
+        while self.read_pos <= offset {
+            if !self.done_above.contains(&self.read_pos) {
+                self.redeliver.insert(self.read_pos);
+            }
+            self.read_pos += 1;
+        }
+        self.prefetch.clear();
+        self.check();
+    }
+
+    /// Resets to `to`: a new epoch, nothing out, no attempts.
+    pub fn reset(&mut self, to: u64) {
+        self.epoch += 1;
+        self.cursor = to;
+        self.read_pos = to;
+        self.in_flight.clear();
+        self.done_above.clear();
+        self.redeliver.clear();
+        self.attempts.clear();
+        self.stale_attempts.clear();
+        self.prefetch.clear();
+        self.careful_until = 0;
+        self.dirty = true;
+        self.check();
+    }
+
+    /// Debug-build check of the partition invariant.
+    pub fn check(&self) {
+        debug_assert!(self.cursor <= self.read_pos, "cursor past read position");
+        debug_assert!(!self.done_above.contains(&self.cursor));
+        debug_assert!(
+            self.in_flight
+                .keys()
+                .all(|&o| o >= self.cursor && o < self.read_pos)
+        );
+        debug_assert!(
+            self.redeliver
+                .iter()
+                .all(|&o| o >= self.cursor && o < self.read_pos)
+        );
+        debug_assert!(
+            self.done_above
+                .iter()
+                .all(|&o| o > self.cursor && o < self.read_pos)
+        );
+        debug_assert_eq!(
+            self.read_pos - self.cursor,
+            (self.in_flight.len() + self.redeliver.len() + self.done_above.len()) as u64,
+            "every offset between cursor and read position is out, waiting or done"
+        );
+    }
+}

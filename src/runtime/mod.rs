@@ -1,0 +1,371 @@
+//! The `Spool` handle, consumers, and the threads an instance owns (group commit, the
+//! ticker for interval syncs, auto-ack commits and retention). **Invariant:** the only
+//! module importing tokio; only tokio's runtime-agnostic `sync` and `time` parts are
+//! used, so every `async fn` works under any tokio runtime. No std lock is held across
+//! an `.await`.
+
+mod consumer;
+mod syncer;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Condvar, Mutex, RwLock, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use tokio::sync::Notify;
+
+pub use consumer::{Consumer, ConsumerBuilder, Delivery, Pull};
+
+use crate::Headers;
+use crate::error::{Error, Result};
+use crate::format::record::Record;
+use crate::options::{Options, SyncPolicy};
+use crate::queue::{Engine, GroupInfo, NackOutcome, OffsetReset, TopicInfo};
+use syncer::Syncer;
+
+/// Milliseconds since the Unix epoch, now.
+pub(crate) fn now_ms() -> u64 {
+    system_time_ms(SystemTime::now())
+}
+
+pub(crate) fn system_time_ms(t: SystemTime) -> u64 {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => u64::try_from(d.as_millis()).unwrap_or(u64::MAX),
+        Err(_) => 0,
+    }
+}
+
+/// An open spool instance. Cheap to clone; every clone shares the instance.
+#[derive(Clone)]
+pub struct Spool {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Spool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Spool").finish_non_exhaustive()
+    }
+}
+
+struct Inner {
+    /// `None` once closed. Calls clone the `Arc` for their duration.
+    engine: RwLock<Option<Arc<Engine>>>,
+    /// Woken on every publish to a topic and every change that frees a delivery.
+    notify: Mutex<HashMap<String, Arc<Notify>>>,
+    syncer: Syncer,
+    ticker: Ticker,
+    sync: SyncPolicy,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.ticker.stop(false);
+        let engine = self
+            .engine
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(engine) = engine
+            && let Err(e) = engine.close()
+        {
+            tracing::error!(error = %e, "closing spool on drop failed");
+        }
+        self.syncer.stop();
+    }
+}
+
+impl Spool {
+    /// Opens an instance from a connection string such as
+    /// `Data Source=./demo-data;Mode=Embedded`.
+    pub fn open(connection_string: &str) -> Result<Spool> {
+        Spool::open_with(Options::parse(connection_string)?)
+    }
+
+    /// Opens an instance from [`Options`].
+    pub fn open_with(options: Options) -> Result<Spool> {
+        let sync = options.sync;
+        let tick = tick_interval(&options);
+        let engine = Arc::new(Engine::open(options, now_ms())?);
+        let inner = Arc::new(Inner {
+            engine: RwLock::new(Some(engine)),
+            notify: Mutex::new(HashMap::new()),
+            syncer: Syncer::start()?,
+            ticker: Ticker::default(),
+            sync,
+        });
+        inner.ticker.start(Arc::downgrade(&inner), tick)?;
+        Ok(Spool { inner })
+    }
+
+    pub(crate) fn engine(&self) -> Result<Arc<Engine>> {
+        self.inner
+            .engine
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .ok_or(Error::Closed)
+    }
+
+    pub(crate) fn notifier(&self, topic: &str) -> Arc<Notify> {
+        let mut map = self.inner.notify.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = map.get(topic) {
+            return n.clone();
+        }
+        let n = Arc::new(Notify::new());
+        map.insert(topic.to_owned(), n.clone());
+        n
+    }
+
+    pub(crate) fn wake(&self, topic: &str) {
+        let n = self
+            .inner
+            .notify
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(topic)
+            .cloned();
+        if let Some(n) = n {
+            n.notify_waiters();
+        }
+    }
+
+    /// Flushes everything, records a clean stop and releases the directory. Every clone
+    /// then fails with [`Error::Closed`].
+    pub async fn close(&self) -> Result<()> {
+        let engine = self
+            .inner
+            .engine
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .ok_or(Error::Closed)?;
+        self.inner.ticker.stop(true);
+        let result = engine.close();
+        // Calls that started before the close hold the engine briefly; the directory lock
+        // and the catalog are released when the last of them ends.
+        let mut engine = engine;
+        for _ in 0..10_000 {
+            match Arc::try_unwrap(engine) {
+                Ok(e) => {
+                    drop(e);
+                    break;
+                }
+                Err(e) => {
+                    engine = e;
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        }
+        let waiters: Vec<Arc<Notify>> = self
+            .inner
+            .notify
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        for n in waiters {
+            n.notify_waiters();
+        }
+        result
+    }
+
+    /// Appends one message; returns its offset (the original one on a de-duplication hit).
+    pub async fn publish(
+        &self,
+        topic: &str,
+        payload: impl Into<Bytes>,
+        headers: &Headers,
+    ) -> Result<u64> {
+        let payload: Bytes = payload.into();
+        let published = self
+            .engine()?
+            .publish(topic, &[(&payload[..], headers)], now_ms())?;
+        self.wake(topic);
+        self.durable(&published.segment, published.end).await?;
+        published
+            .offsets
+            .first()
+            .copied()
+            .ok_or_else(|| Error::Unsupported {
+                what: "empty publish (internal error)".into(),
+            })
+    }
+
+    /// Appends messages in one write (and one sync); all or nothing.
+    pub async fn publish_batch<P: Into<Bytes>>(
+        &self,
+        topic: &str,
+        messages: Vec<(P, Headers)>,
+    ) -> Result<Vec<u64>> {
+        let owned: Vec<(Bytes, Headers)> =
+            messages.into_iter().map(|(p, h)| (p.into(), h)).collect();
+        let refs: Vec<(&[u8], &Headers)> = owned.iter().map(|(p, h)| (&p[..], h)).collect();
+        let published = self.engine()?.publish(topic, &refs, now_ms())?;
+        self.wake(topic);
+        self.durable(&published.segment, published.end).await?;
+        Ok(published.offsets)
+    }
+
+    async fn durable(&self, segment: &Arc<crate::log::segment::Segment>, end: u64) -> Result<()> {
+        match self.inner.sync {
+            SyncPolicy::Always => self.inner.syncer.sync(segment.clone(), end).await,
+            SyncPolicy::Interval(_) | SyncPolicy::None => Ok(()),
+        }
+    }
+
+    /// A consumer of `topic` in `group`.
+    pub fn consumer(&self, topic: &str, group: &str) -> ConsumerBuilder {
+        ConsumerBuilder::new(self.clone(), topic, group)
+    }
+
+    /// Acks the group's cursor (must equal `offset`).
+    pub async fn ack(&self, topic: &str, group: &str, offset: u64) -> Result<()> {
+        self.engine()?.ack_cursor(topic, group, offset)?;
+        self.wake(topic);
+        Ok(())
+    }
+
+    /// Nacks the group's cursor (must equal `offset`).
+    pub async fn nack(
+        &self,
+        topic: &str,
+        group: &str,
+        offset: u64,
+        reason: &str,
+    ) -> Result<NackOutcome> {
+        let r = self
+            .engine()?
+            .nack_cursor(topic, group, offset, reason, now_ms())?;
+        self.wake(topic);
+        Ok(r)
+    }
+
+    /// Moves the group's cursor; returns the new cursor.
+    pub async fn reset_offset(&self, topic: &str, group: &str, to: OffsetReset) -> Result<u64> {
+        let r = self.engine()?.reset(topic, group, to)?;
+        self.wake(topic);
+        Ok(r)
+    }
+
+    /// Reads up to `max_records` from `from` (clamped to the earliest retained offset).
+    pub async fn fetch(&self, topic: &str, from: u64, max_records: usize) -> Result<Vec<Record>> {
+        self.engine()?.fetch(topic, from, max_records)
+    }
+
+    pub fn topic_info(&self, topic: &str) -> Result<TopicInfo> {
+        self.engine()?.topic_info(topic)
+    }
+
+    pub fn group_info(&self, topic: &str, group: &str) -> Result<GroupInfo> {
+        self.engine()?.group_info(topic, group)
+    }
+
+    /// Every topic, sorted by name.
+    pub fn topics(&self) -> Result<Vec<String>> {
+        Ok(self.engine()?.topic_names())
+    }
+
+    /// Applies retention now (the background thread also does every `Retention Check Ms`).
+    pub fn apply_retention(&self) -> Result<()> {
+        self.engine()?.apply_retention(now_ms())
+    }
+
+    /// Persists auto-acked cursors now (the background thread also does every
+    /// `Commit Interval Ms`).
+    pub fn commit(&self) -> Result<()> {
+        self.engine()?.commit_groups(false)
+    }
+}
+
+fn tick_interval(o: &Options) -> Duration {
+    let mut ms = o.commit_interval_ms.min(o.retention_check_ms);
+    if let SyncPolicy::Interval(d) = o.sync {
+        ms = ms.min(u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    }
+    Duration::from_millis(ms.max(1))
+}
+
+/// The background thread: interval syncs, auto-ack commits, retention.
+#[derive(Default)]
+struct Ticker {
+    stop: Arc<(Mutex<bool>, Condvar)>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Ticker {
+    fn start(&self, inner: Weak<Inner>, tick: Duration) -> Result<()> {
+        let stop = self.stop.clone();
+        let t = std::thread::Builder::new()
+            .name("spool-ticker".into())
+            .spawn(move || ticker_loop(inner, stop, tick))
+            .map_err(|e| Error::io("starting the background thread", e))?;
+        *self.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(t);
+        Ok(())
+    }
+
+    fn stop(&self, join: bool) {
+        let (m, c) = &*self.stop;
+        *m.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        c.notify_all();
+        let t = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(t) = t
+            && join
+            && t.thread().id() != std::thread::current().id()
+        {
+            let _ = t.join();
+        }
+    }
+}
+
+fn ticker_loop(inner: Weak<Inner>, stop: Arc<(Mutex<bool>, Condvar)>, tick: Duration) {
+    let mut last_commit = std::time::Instant::now();
+    let mut last_retention = std::time::Instant::now();
+    let mut last_sync = std::time::Instant::now();
+    loop {
+        {
+            let (m, c) = &*stop;
+            let guard = m.lock().unwrap_or_else(|e| e.into_inner());
+            let (guard, _) = c
+                .wait_timeout_while(guard, tick, |stopped| !*stopped)
+                .unwrap_or_else(|e| e.into_inner());
+            if *guard {
+                return;
+            }
+        }
+        let Some(inner) = inner.upgrade() else { return };
+        let Some(engine) = inner
+            .engine
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+        else {
+            return;
+        };
+        let o = engine.options();
+        if let SyncPolicy::Interval(d) = o.sync
+            && last_sync.elapsed() >= d
+        {
+            last_sync = std::time::Instant::now();
+            if let Err(e) = engine.sync_all() {
+                tracing::error!(error = %e, "interval sync failed");
+            }
+        }
+        if last_commit.elapsed() >= Duration::from_millis(o.commit_interval_ms) {
+            last_commit = std::time::Instant::now();
+            if let Err(e) = engine.commit_groups(false) {
+                tracing::error!(error = %e, "periodic cursor commit failed");
+            }
+        }
+        if last_retention.elapsed() >= Duration::from_millis(o.retention_check_ms) {
+            last_retention = std::time::Instant::now();
+            match engine.apply_retention(now_ms()) {
+                Ok(()) => {}
+                Err(e) => tracing::error!(error = %e, "retention failed"),
+            }
+        }
+        drop(engine);
+        drop(inner);
+    }
+}
