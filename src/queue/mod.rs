@@ -119,6 +119,15 @@ pub struct Handout {
     pub token: u64,
 }
 
+/// Identifies one hand-out of one offset: a later reset (new epoch) or redelivery (new
+/// token) makes it stale.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ticket {
+    pub offset: u64,
+    pub epoch: u64,
+    pub token: u64,
+}
+
 /// What a publish needs synced to be durable.
 #[derive(Debug)]
 pub struct Published {
@@ -581,11 +590,14 @@ impl Engine {
         &self,
         topic: &str,
         group: &str,
-        offset: u64,
-        epoch: u64,
-        token: u64,
+        ticket: Ticket,
         durable: bool,
     ) -> Result<()> {
+        let Ticket {
+            offset,
+            epoch,
+            token,
+        } = ticket;
         let (t, g) = self.existing_group(topic, group)?;
         let mut g = lock(&g);
         if !g.holds(offset, epoch, token) {
@@ -607,14 +619,12 @@ impl Engine {
     }
 
     /// Puts an unfinished delivery back for redelivery without counting an attempt.
-    pub fn release_delivery(
-        &self,
-        topic: &str,
-        group: &str,
-        offset: u64,
-        epoch: u64,
-        token: u64,
-    ) -> Result<()> {
+    pub fn release_delivery(&self, topic: &str, group: &str, ticket: Ticket) -> Result<()> {
+        let Ticket {
+            offset,
+            epoch,
+            token,
+        } = ticket;
         let (_t, g) = self.existing_group(topic, group)?;
         let mut g = lock(&g);
         if g.holds(offset, epoch, token) {
@@ -630,12 +640,15 @@ impl Engine {
         &self,
         topic: &str,
         group: &str,
-        offset: u64,
-        epoch: u64,
-        token: u64,
+        ticket: Ticket,
         reason: &str,
         now_ms: u64,
     ) -> Result<NackOutcome> {
+        let Ticket {
+            offset,
+            epoch,
+            token,
+        } = ticket;
         let (t, g) = self.existing_group(topic, group)?;
         let mut g = lock(&g);
         if !g.holds(offset, epoch, token) {

@@ -11,7 +11,7 @@ use super::{Spool, now_ms};
 use crate::Headers;
 use crate::error::Result;
 use crate::format::record::Record;
-use crate::queue::{NackOutcome, names};
+use crate::queue::{NackOutcome, Ticket, names};
 
 /// Configures a [`Consumer`].
 #[derive(Debug)]
@@ -70,14 +70,6 @@ impl ConsumerBuilder {
     }
 }
 
-/// Identifies one hand-out of one offset.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Ticket {
-    offset: u64,
-    epoch: u64,
-    token: u64,
-}
-
 /// Pulls deliveries of one group of one topic.
 ///
 /// **Auto-ack** (the default): the previous delivery is acked when this consumer asks for
@@ -110,14 +102,9 @@ impl Consumer {
 
     fn ack_previous(&mut self) -> Result<()> {
         if let Some(t) = self.previous.take() {
-            self.spool.engine()?.ack_delivery(
-                &self.topic,
-                &self.group,
-                t.offset,
-                t.epoch,
-                t.token,
-                false,
-            )?;
+            self.spool
+                .engine()?
+                .ack_delivery(&self.topic, &self.group, t, false)?;
             self.spool.wake(&self.topic);
         }
         Ok(())
@@ -273,14 +260,9 @@ impl Delivery {
     pub async fn ack(mut self) -> Result<()> {
         self.release_on_drop = false;
         let t = self.ticket;
-        self.spool.engine()?.ack_delivery(
-            &self.topic,
-            &self.group,
-            t.offset,
-            t.epoch,
-            t.token,
-            true,
-        )?;
+        self.spool
+            .engine()?
+            .ack_delivery(&self.topic, &self.group, t, true)?;
         self.spool.wake(&self.topic);
         Ok(())
     }
@@ -289,15 +271,10 @@ impl Delivery {
     pub async fn nack(mut self, reason: &str) -> Result<NackOutcome> {
         self.release_on_drop = false;
         let t = self.ticket;
-        let r = self.spool.engine()?.nack_delivery(
-            &self.topic,
-            &self.group,
-            t.offset,
-            t.epoch,
-            t.token,
-            reason,
-            now_ms(),
-        )?;
+        let r =
+            self.spool
+                .engine()?
+                .nack_delivery(&self.topic, &self.group, t, reason, now_ms())?;
         self.spool.wake(&self.topic);
         Ok(r)
     }
@@ -310,9 +287,7 @@ impl Drop for Delivery {
         }
         let t = self.ticket;
         if let Ok(engine) = self.spool.engine() {
-            if let Err(e) =
-                engine.release_delivery(&self.topic, &self.group, t.offset, t.epoch, t.token)
-            {
+            if let Err(e) = engine.release_delivery(&self.topic, &self.group, t) {
                 tracing::debug!(error = %e, "release on drop failed");
             }
             drop(engine);
