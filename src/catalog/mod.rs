@@ -28,9 +28,6 @@ const META_CLEAN: &str = "clean_shutdown";
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TopicRecord {
     pub created_ms: u64,
-    /// Per-topic retention override (`None` = the instance's setting).
-    pub retention_bytes: Option<u64>,
-    pub retention_ms: Option<u64>,
 }
 
 /// A consumer group's durable state.
