@@ -312,10 +312,7 @@ impl Engine {
         }
         self.catalog.commit(&[Op::PutTopic(
             name.to_owned(),
-            TopicRecord {
-                created_ms: now_ms,
-                ..TopicRecord::default()
-            },
+            TopicRecord { created_ms: now_ms },
         )])?;
         let log = TopicLog::open(&self.topic_dir(name), self.log_config(), now_ms)?;
         let t = Arc::new(Topic {
