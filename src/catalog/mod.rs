@@ -1,10 +1,17 @@
 //! The catalog: one redb file holding topics, group state, attempt counters and
 //! dead-letter intents. **Invariants:** the only module importing redb and postcard for
 //! catalog values; never reads segments; every commit is `Durability::Immediate`, so a
-//! commit that returned survives a power cut (callers batch to share the fsync).
+//! commit that returned survives a power cut.
+//!
+//! Group commit: every write goes through one committer thread, which takes all queued
+//! change sets, applies them in queue order in one transaction and answers them all.
+//! Callers enqueue while holding the lock of the state they snapshot, so snapshots of one
+//! group reach the catalog in the order they were taken.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
+use std::sync::{Arc, Mutex, mpsc};
+use std::thread::JoinHandle;
 
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
@@ -77,9 +84,33 @@ pub enum Op {
     SetClean(bool),
 }
 
+/// Called once a submitted change set is durable (or failed).
+pub type Done = Box<dyn FnOnce(Result<(), String>) + Send>;
+
+struct Job {
+    ops: Vec<Op>,
+    done: Done,
+}
+
 pub struct Catalog {
-    db: Database,
+    db: Arc<Database>,
     path: std::path::PathBuf,
+    tx: Mutex<Option<mpsc::Sender<Job>>>,
+    committer: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Drop for Catalog {
+    fn drop(&mut self) {
+        drop(self.tx.lock().unwrap_or_else(|e| e.into_inner()).take());
+        if let Some(t) = self
+            .committer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            let _ = t.join();
+        }
+    }
 }
 
 impl std::fmt::Debug for Catalog {
@@ -115,9 +146,20 @@ impl Catalog {
             }
             other => Error::corrupt(path, format!("cannot open the catalog: {other}")),
         })?;
+        let db = Arc::new(db);
+        let (tx, rx) = mpsc::channel::<Job>();
+        let committer = {
+            let db = db.clone();
+            std::thread::Builder::new()
+                .name("spool-catalog".into())
+                .spawn(move || run_committer(&db, rx))
+                .map_err(|e| Error::io("starting the catalog thread", e))?
+        };
         let cat = Catalog {
             db,
             path: path.to_owned(),
+            tx: Mutex::new(Some(tx)),
+            committer: Mutex::new(Some(committer)),
         };
         let txn = cat.db.begin_write().map_err(|e| cat_err("opening", e))?;
         {
@@ -154,69 +196,37 @@ impl Catalog {
         Ok(cat)
     }
 
-    /// Applies `ops` in one durable transaction.
+    /// Queues `ops`; `done` runs once they are durable (shared with concurrent commits).
+    pub fn commit_then(&self, ops: Vec<Op>, done: Done) {
+        let tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
+        let job = Job { ops, done };
+        match tx.as_ref() {
+            Some(tx) => {
+                if let Err(mpsc::SendError(job)) = tx.send(job) {
+                    (job.done)(Err("the catalog is closed".into()));
+                }
+            }
+            None => (job.done)(Err("the catalog is closed".into())),
+        }
+    }
+
+    /// Applies `ops` durably, waiting for the commit (which may cover other callers' ops).
     pub fn commit(&self, ops: &[Op]) -> Result<()> {
         if ops.is_empty() {
             return Ok(());
         }
-        let txn = self
-            .db
-            .begin_write()
-            .map_err(|e| cat_err("committing", e))?;
-        {
-            let mut topics = txn
-                .open_table(TOPICS)
-                .map_err(|e| cat_err("committing", e))?;
-            let mut groups = txn
-                .open_table(GROUPS)
-                .map_err(|e| cat_err("committing", e))?;
-            let mut attempts = txn
-                .open_table(ATTEMPTS)
-                .map_err(|e| cat_err("committing", e))?;
-            let mut intents = txn
-                .open_table(DEAD_LETTER_INTENTS)
-                .map_err(|e| cat_err("committing", e))?;
-            let mut meta = txn.open_table(META).map_err(|e| cat_err("committing", e))?;
-            let w = |e: redb::StorageError| cat_err("writing", e);
-            for op in ops {
-                match op {
-                    Op::PutTopic(t, r) => {
-                        topics.insert(t.as_str(), enc(r)?.as_slice()).map_err(w)?;
-                    }
-                    Op::PutGroup(t, g, r) => {
-                        groups
-                            .insert((t.as_str(), g.as_str()), enc(r)?.as_slice())
-                            .map_err(w)?;
-                    }
-                    Op::PutAttempt(t, g, o, r) => {
-                        attempts
-                            .insert((t.as_str(), g.as_str(), *o), enc(r)?.as_slice())
-                            .map_err(w)?;
-                    }
-                    Op::DeleteAttempt(t, g, o) => {
-                        attempts.remove((t.as_str(), g.as_str(), *o)).map_err(w)?;
-                    }
-                    Op::ClearAttempts(t, g) => {
-                        let (t, g) = (t.as_str(), g.as_str());
-                        attempts
-                            .retain_in((t, g, 0)..=(t, g, u64::MAX), |_, _| false)
-                            .map_err(w)?;
-                    }
-                    Op::PutIntent(t, g, o, r) => {
-                        intents
-                            .insert((t.as_str(), g.as_str(), *o), enc(r)?.as_slice())
-                            .map_err(w)?;
-                    }
-                    Op::DeleteIntent(t, g, o) => {
-                        intents.remove((t.as_str(), g.as_str(), *o)).map_err(w)?;
-                    }
-                    Op::SetClean(c) => {
-                        meta.insert(META_CLEAN, enc(c)?.as_slice()).map_err(w)?;
-                    }
-                }
-            }
+        let (tx, rx) = mpsc::sync_channel(1);
+        self.commit_then(
+            ops.to_vec(),
+            Box::new(move |r| {
+                let _ = tx.send(r);
+            }),
+        );
+        match rx.recv() {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(detail)) => Err(cat_err("committing", detail)),
+            Err(_) => Err(cat_err("committing", "the catalog thread stopped")),
         }
-        txn.commit().map_err(|e| cat_err("committing", e))
     }
 
     /// Whether the last instance closed cleanly.
@@ -291,4 +301,87 @@ impl Catalog {
         }
         Ok(out)
     }
+}
+
+fn run_committer(db: &Database, rx: mpsc::Receiver<Job>) {
+    while let Ok(first) = rx.recv() {
+        let mut jobs = vec![first];
+        jobs.extend(rx.try_iter());
+        let result = apply(db, &jobs).map_err(|e| e.to_string());
+        for job in jobs {
+            (job.done)(result.clone());
+        }
+    }
+}
+
+/// One transaction for all `jobs`, in order. Only the last snapshot of each group is
+/// written: earlier ones in the same transaction would be overwritten anyway.
+fn apply(db: &Database, jobs: &[Job]) -> Result<()> {
+    let mut last_put: HashMap<(&str, &str), (usize, usize)> = HashMap::new();
+    for (j, job) in jobs.iter().enumerate() {
+        for (i, op) in job.ops.iter().enumerate() {
+            if let Op::PutGroup(t, g, _) = op {
+                last_put.insert((t.as_str(), g.as_str()), (j, i));
+            }
+        }
+    }
+    let txn = db.begin_write().map_err(|e| cat_err("committing", e))?;
+    {
+        let mut topics = txn
+            .open_table(TOPICS)
+            .map_err(|e| cat_err("committing", e))?;
+        let mut groups = txn
+            .open_table(GROUPS)
+            .map_err(|e| cat_err("committing", e))?;
+        let mut attempts = txn
+            .open_table(ATTEMPTS)
+            .map_err(|e| cat_err("committing", e))?;
+        let mut intents = txn
+            .open_table(DEAD_LETTER_INTENTS)
+            .map_err(|e| cat_err("committing", e))?;
+        let mut meta = txn.open_table(META).map_err(|e| cat_err("committing", e))?;
+        let w = |e: redb::StorageError| cat_err("writing", e);
+        for (j, job) in jobs.iter().enumerate() {
+            for (i, op) in job.ops.iter().enumerate() {
+                match op {
+                    Op::PutTopic(t, r) => {
+                        topics.insert(t.as_str(), enc(r)?.as_slice()).map_err(w)?;
+                    }
+                    Op::PutGroup(t, g, r) => {
+                        if last_put.get(&(t.as_str(), g.as_str())) == Some(&(j, i)) {
+                            groups
+                                .insert((t.as_str(), g.as_str()), enc(r)?.as_slice())
+                                .map_err(w)?;
+                        }
+                    }
+                    Op::PutAttempt(t, g, o, r) => {
+                        attempts
+                            .insert((t.as_str(), g.as_str(), *o), enc(r)?.as_slice())
+                            .map_err(w)?;
+                    }
+                    Op::DeleteAttempt(t, g, o) => {
+                        attempts.remove((t.as_str(), g.as_str(), *o)).map_err(w)?;
+                    }
+                    Op::ClearAttempts(t, g) => {
+                        let (t, g) = (t.as_str(), g.as_str());
+                        attempts
+                            .retain_in((t, g, 0)..=(t, g, u64::MAX), |_, _| false)
+                            .map_err(w)?;
+                    }
+                    Op::PutIntent(t, g, o, r) => {
+                        intents
+                            .insert((t.as_str(), g.as_str(), *o), enc(r)?.as_slice())
+                            .map_err(w)?;
+                    }
+                    Op::DeleteIntent(t, g, o) => {
+                        intents.remove((t.as_str(), g.as_str(), *o)).map_err(w)?;
+                    }
+                    Op::SetClean(c) => {
+                        meta.insert(META_CLEAN, enc(c)?.as_slice()).map_err(w)?;
+                    }
+                }
+            }
+        }
+    }
+    txn.commit().map_err(|e| cat_err("committing", e))
 }

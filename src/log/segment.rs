@@ -419,12 +419,14 @@ impl Segment {
             None => (SEGMENT_HEADER_LEN as u64, self.base),
         };
         let mut bytes_out = 0usize;
+        // `out` may already hold records of earlier segments: the limits count only ours.
+        let limit = out.len().saturating_add(max_records);
         let mut want = READ_CHUNK_BYTES;
-        while pos < end && out.len() < max_records && bytes_out < max_bytes {
+        while pos < end && out.len() < limit && bytes_out < max_bytes {
             let chunk = read_chunk(&self.file, pos, want.min((end - pos) as usize))?;
             want = READ_CHUNK_BYTES;
             let mut cur = 0usize;
-            while cur < chunk.len() && out.len() < max_records && bytes_out < max_bytes {
+            while cur < chunk.len() && out.len() < limit && bytes_out < max_bytes {
                 match record::decode(&chunk.slice(cur..), self.max_body) {
                     Frame::Complete { record, len } => {
                         if record.offset != expected {

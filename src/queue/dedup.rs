@@ -38,6 +38,16 @@ impl Dedup {
         self.map.get(id).copied()
     }
 
+    /// The original offset of `id` if it is still in the window after `inserts` more ids
+    /// are appended (the earlier ids of the same batch).
+    pub fn lookup_after(&self, id: &str, inserts: usize) -> Option<u64> {
+        let offset = self.lookup(id)?;
+        let evicted = (self.order.len() + inserts).saturating_sub(self.window);
+        // `order` is in offset order, so an id's place in it is a binary search away.
+        let place = self.order.partition_point(|(_, o)| *o < offset);
+        (place >= evicted).then_some(offset)
+    }
+
     /// Records that `id` was appended at `offset`. A hit never comes here, so an id's
     /// place is never refreshed.
     pub fn insert(&mut self, id: &str, offset: u64) {

@@ -16,6 +16,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use crate::Headers;
+pub use crate::catalog::Done;
 use crate::catalog::{AttemptRecord, Catalog, DeadLetterIntent, Op, TopicRecord};
 use crate::error::{Error, Result};
 use crate::format::record::{self, Record};
@@ -394,17 +395,28 @@ impl Engine {
         let first = w.log.next();
         let mut offsets = Vec::with_capacity(msgs.len());
         let mut appends: Vec<Append<'_>> = Vec::with_capacity(msgs.len());
-        let mut batch_ids: HashMap<&str, u64> = HashMap::new();
+        // Ids this call appends, in log order (the order they enter the window), and
+        // where each one is in that list.
+        let mut new_ids: Vec<(&str, u64)> = Vec::new();
+        let mut batch_ids: HashMap<&str, usize> = HashMap::new();
         for &(payload, headers) in msgs {
             let id = headers.get(MESSAGE_ID_HEADER).map(String::as_str);
             if let Some(id) = id
                 && w.dedup.enabled()
             {
-                if let Some(o) = w.dedup.lookup(id).or_else(|| batch_ids.get(id).copied()) {
+                // As if the batch were published message by message: each id appended
+                // before this one in the batch pushes the window's oldest id out.
+                let k = new_ids.len();
+                let hit = match batch_ids.get(id) {
+                    Some(&j) => (k - j <= self.opts.dedup_window).then(|| new_ids[j].1),
+                    None => w.dedup.lookup_after(id, k),
+                };
+                if let Some(o) = hit {
                     offsets.push(o);
                     continue;
                 }
-                batch_ids.insert(id, first + appends.len() as u64);
+                batch_ids.insert(id, k);
+                new_ids.push((id, first + appends.len() as u64));
             }
             offsets.push(first + appends.len() as u64);
             appends.push(Append { payload, headers });
@@ -412,7 +424,7 @@ impl Engine {
         if !appends.is_empty() {
             let got = w.log.append(&appends, now_ms)?;
             debug_assert_eq!(got, first);
-            for (id, o) in batch_ids {
+            for (id, o) in new_ids {
                 w.dedup.insert(id, o);
             }
         }
@@ -580,15 +592,16 @@ impl Engine {
         Ok((t, g))
     }
 
-    /// Acks a delivery. `durable`: commit now (explicit ack); otherwise the next periodic
-    /// commit persists it (auto-ack). Stale deliveries fail with `StaleDelivery` when
-    /// explicit and are ignored when automatic.
+    /// Acks a delivery. With `durable`, its commit is queued (shared with concurrent
+    /// commits) and `durable` runs once it is on disk (explicit ack); without, the next
+    /// periodic commit persists it (auto-ack). A stale delivery fails with
+    /// `StaleDelivery` when explicit and is ignored when automatic.
     pub fn ack_delivery(
         &self,
         topic: &str,
         group: &str,
         ticket: Ticket,
-        durable: bool,
+        durable: Option<Done>,
     ) -> Result<()> {
         let Ticket {
             offset,
@@ -598,20 +611,27 @@ impl Engine {
         let (t, g) = self.existing_group(topic, group)?;
         let mut g = lock(&g);
         if !g.holds(offset, epoch, token) {
-            return if durable {
-                Err(Error::StaleDelivery { offset })
-            } else {
-                Ok(())
+            return match durable {
+                Some(_) => Err(Error::StaleDelivery { offset }),
+                None => Ok(()),
             };
         }
         g.in_flight.remove(&offset);
         g.finish(offset);
-        // In careful mode every step is committed, so a crash blames exactly one delivery.
-        if durable || offset < g.careful_until {
-            let ops = self.group_ops(topic, group, &mut g);
-            self.catalog.commit(&ops)?;
-        }
         self.clamp(&t, group, &mut g);
+        match durable {
+            // Queued under the group lock: snapshots reach the catalog in order.
+            Some(done) => {
+                let ops = self.group_ops(topic, group, &mut g);
+                self.catalog.commit_then(ops, done);
+            }
+            // In careful mode every step is committed, so a crash blames exactly one delivery.
+            None if offset < g.careful_until => {
+                let ops = self.group_ops(topic, group, &mut g);
+                self.catalog.commit(&ops)?;
+            }
+            None => {}
+        }
         Ok(())
     }
 

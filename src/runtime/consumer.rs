@@ -9,7 +9,7 @@ use bytes::Bytes;
 
 use super::{Spool, now_ms};
 use crate::Headers;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::format::record::Record;
 use crate::queue::{NackOutcome, Ticket, names};
 
@@ -104,7 +104,7 @@ impl Consumer {
         if let Some(t) = self.previous.take() {
             self.spool
                 .engine()?
-                .ack_delivery(&self.topic, &self.group, t, false)?;
+                .ack_delivery(&self.topic, &self.group, t, None)?;
             self.spool.wake(&self.topic);
         }
         Ok(())
@@ -259,12 +259,24 @@ impl Delivery {
     /// power loss). Fails with `StaleDelivery` if the group was reset since.
     pub async fn ack(mut self) -> Result<()> {
         self.release_on_drop = false;
-        let t = self.ticket;
-        self.spool
-            .engine()?
-            .ack_delivery(&self.topic, &self.group, t, true)?;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.spool.engine()?.ack_delivery(
+            &self.topic,
+            &self.group,
+            self.ticket,
+            Some(Box::new(move |r| {
+                let _ = tx.send(r);
+            })),
+        )?;
         self.spool.wake(&self.topic);
-        Ok(())
+        match rx.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(detail)) => Err(Error::Catalog {
+                context: "committing an ack".into(),
+                detail,
+            }),
+            Err(_) => Err(Error::Closed),
+        }
     }
 
     /// Records a failed attempt (durably) and redelivers, or dead-letters at the limit.
