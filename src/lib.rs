@@ -36,6 +36,8 @@ mod catalog;
 mod error;
 mod fault;
 mod format;
+#[doc(hidden)]
+pub mod fuzzing;
 mod io;
 mod log;
 mod options;
