@@ -8,6 +8,7 @@ use bytes::Bytes;
 use crate::Headers;
 use crate::format::record::{self, Frame};
 use crate::format::segment as seg;
+use crate::io::Fs;
 use crate::log::{LogConfig, TopicLog};
 
 /// Decodes every frame in `data` like a reader does; re-encodes what decodes and checks
@@ -66,7 +67,7 @@ pub fn recover_active_segment(dir: &Path, data: &[u8], index: &[u8]) {
     {
         return;
     }
-    let Ok(mut log) = TopicLog::open(&topic, cfg, 1) else {
+    let Ok(mut log) = TopicLog::open(&Fs::real(), &topic, cfg, 1) else {
         return;
     };
     let next = log.next();
@@ -90,7 +91,7 @@ pub fn recover_active_segment(dir: &Path, data: &[u8], index: &[u8]) {
         .expect("append after recovery");
     assert_eq!(o, next);
     drop(log);
-    let log = TopicLog::open(&topic, cfg, 3).expect("reopen after recovery");
+    let log = TopicLog::open(&Fs::real(), &topic, cfg, 3).expect("reopen after recovery");
     assert_eq!(log.next(), next + 1);
 }
 

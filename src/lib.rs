@@ -53,6 +53,12 @@ pub use runtime::{Consumer, ConsumerBuilder, Delivery, Pull, Spool};
 /// Message headers: ordered string pairs. `message-id` is used for de-duplication.
 pub type Headers = std::collections::BTreeMap<String, String>;
 
+/// Test support: the simulated file system of the power-loss tests.
+#[doc(hidden)]
+pub mod testing {
+    pub use crate::io::sim::SimFs;
+}
+
 /// Names and limits applications may want to refer to.
 pub mod consts {
     pub use crate::log::MESSAGE_ID_HEADER;

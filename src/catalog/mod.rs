@@ -17,6 +17,7 @@ use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::io::{FileIo, Fs};
 
 /// Bumped on any incompatible change to the tables below.
 pub const CATALOG_FORMAT_VERSION: u32 = 1;
@@ -84,6 +85,31 @@ pub enum Op {
     SetClean(bool),
 }
 
+/// redb storage over a [`FileIo`] (the simulated file system of the power-loss tests).
+#[derive(Debug)]
+struct FileStorage(Arc<dyn FileIo>);
+
+impl redb::StorageBackend for FileStorage {
+    fn len(&self) -> std::io::Result<u64> {
+        self.0.len()
+    }
+    fn read(&self, offset: u64, out: &mut [u8]) -> std::io::Result<()> {
+        if self.0.read_at(out, offset)? < out.len() {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        Ok(())
+    }
+    fn set_len(&self, len: u64) -> std::io::Result<()> {
+        self.0.set_len(len)
+    }
+    fn sync_data(&self) -> std::io::Result<()> {
+        self.0.sync_data()
+    }
+    fn write(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
+        self.0.write_all_at(data, offset)
+    }
+}
+
 /// Called once a submitted change set is durable (or failed).
 pub type Done = Box<dyn FnOnce(Result<(), String>) + Send>;
 
@@ -135,17 +161,22 @@ fn dec<T: for<'a> Deserialize<'a>>(path: &Path, b: &[u8]) -> Result<T> {
 }
 
 impl Catalog {
-    /// Opens or creates `catalog.redb`; refuses a catalog of a newer format.
-    pub fn open(path: &Path) -> Result<Catalog> {
-        let db = Database::create(path).map_err(|e| match e {
-            redb::DatabaseError::DatabaseAlreadyOpen => Error::Locked {
-                path: path.to_owned(),
-            },
-            redb::DatabaseError::Storage(redb::StorageError::Io(io)) => {
-                Error::io(format!("opening {}", path.display()), io)
+    /// Opens or creates `catalog.redb`; refuses a catalog of a newer format. A new catalog
+    /// is built under a temporary name and renamed into place, so a stop during its
+    /// creation never leaves a half-made file behind. On a simulated file system the file
+    /// goes through [`crate::io::FileIo`].
+    pub fn open(fs: &Fs, path: &Path) -> Result<Catalog> {
+        let tmp = path.with_extension("redb.new");
+        fs.remove_file(&tmp)?;
+        if fs.is_dir(path).is_none() {
+            init(&open_db(fs, &tmp)?, &tmp)?;
+            fs.rename(&tmp, path)?;
+            if let Some(dir) = path.parent() {
+                fs.sync_dir(dir)?;
             }
-            other => Error::corrupt(path, format!("cannot open the catalog: {other}")),
-        })?;
+        }
+        let db = open_db(fs, path)?;
+        init(&db, path)?;
         let db = Arc::new(db);
         let (tx, rx) = mpsc::channel::<Job>();
         let committer = {
@@ -155,45 +186,12 @@ impl Catalog {
                 .spawn(move || run_committer(&db, rx))
                 .map_err(|e| Error::io("starting the catalog thread", e))?
         };
-        let cat = Catalog {
+        Ok(Catalog {
             db,
             path: path.to_owned(),
             tx: Mutex::new(Some(tx)),
             committer: Mutex::new(Some(committer)),
-        };
-        let txn = cat.db.begin_write().map_err(|e| cat_err("opening", e))?;
-        {
-            let mut meta = txn.open_table(META).map_err(|e| cat_err("opening", e))?;
-            let found = meta
-                .get(META_FORMAT)
-                .map_err(|e| cat_err("reading the format", e))?
-                .map(|v| dec::<u32>(path, v.value()))
-                .transpose()?;
-            match found {
-                Some(v) if v > CATALOG_FORMAT_VERSION => {
-                    return Err(Error::Unsupported {
-                        what: format!(
-                            "catalog format version {v} was written by a newer spool (this one reads {CATALOG_FORMAT_VERSION})"
-                        ),
-                    });
-                }
-                Some(_) => {}
-                None => {
-                    meta.insert(META_FORMAT, enc(&CATALOG_FORMAT_VERSION)?.as_slice())
-                        .map_err(|e| cat_err("writing the format", e))?;
-                    meta.insert(META_CLEAN, enc(&true)?.as_slice())
-                        .map_err(|e| cat_err("writing the format", e))?;
-                }
-            }
-            txn.open_table(TOPICS).map_err(|e| cat_err("opening", e))?;
-            txn.open_table(GROUPS).map_err(|e| cat_err("opening", e))?;
-            txn.open_table(ATTEMPTS)
-                .map_err(|e| cat_err("opening", e))?;
-            txn.open_table(DEAD_LETTER_INTENTS)
-                .map_err(|e| cat_err("opening", e))?;
-        }
-        txn.commit().map_err(|e| cat_err("creating tables", e))?;
-        Ok(cat)
+        })
     }
 
     /// Queues `ops`; `done` runs once they are durable (shared with concurrent commits).
@@ -384,4 +382,57 @@ fn apply(db: &Database, jobs: &[Job]) -> Result<()> {
         }
     }
     txn.commit().map_err(|e| cat_err("committing", e))
+}
+
+fn open_db(fs: &Fs, path: &Path) -> Result<Database> {
+    let db = if fs.is_real() {
+        Database::create(path)
+    } else {
+        redb::Builder::new().create_with_backend(FileStorage(fs.open_or_create_raw(path)?))
+    };
+    db.map_err(|e| match e {
+        redb::DatabaseError::DatabaseAlreadyOpen => Error::Locked {
+            path: path.to_owned(),
+        },
+        redb::DatabaseError::Storage(redb::StorageError::Io(io)) => {
+            Error::io(format!("opening {}", path.display()), io)
+        }
+        other => Error::corrupt(path, format!("cannot open the catalog: {other}")),
+    })
+}
+
+/// Checks the format version (writing it into a new catalog) and creates missing tables.
+fn init(db: &Database, path: &Path) -> Result<()> {
+    let txn = db.begin_write().map_err(|e| cat_err("opening", e))?;
+    {
+        let mut meta = txn.open_table(META).map_err(|e| cat_err("opening", e))?;
+        let found = meta
+            .get(META_FORMAT)
+            .map_err(|e| cat_err("reading the format", e))?
+            .map(|v| dec::<u32>(path, v.value()))
+            .transpose()?;
+        match found {
+            Some(v) if v > CATALOG_FORMAT_VERSION => {
+                return Err(Error::Unsupported {
+                    what: format!(
+                        "catalog format version {v} was written by a newer spool (this one reads {CATALOG_FORMAT_VERSION})"
+                    ),
+                });
+            }
+            Some(_) => {}
+            None => {
+                meta.insert(META_FORMAT, enc(&CATALOG_FORMAT_VERSION)?.as_slice())
+                    .map_err(|e| cat_err("writing the format", e))?;
+                meta.insert(META_CLEAN, enc(&true)?.as_slice())
+                    .map_err(|e| cat_err("writing the format", e))?;
+            }
+        }
+        txn.open_table(TOPICS).map_err(|e| cat_err("opening", e))?;
+        txn.open_table(GROUPS).map_err(|e| cat_err("opening", e))?;
+        txn.open_table(ATTEMPTS)
+            .map_err(|e| cat_err("opening", e))?;
+        txn.open_table(DEAD_LETTER_INTENTS)
+            .map_err(|e| cat_err("opening", e))?;
+    }
+    txn.commit().map_err(|e| cat_err("creating tables", e))
 }

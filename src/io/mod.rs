@@ -1,62 +1,155 @@
-//! The only code that touches `std::fs` for segment data: positional reads and writes,
-//! syncs, directory syncs, the instance lock. **Invariant:** knows bytes and paths, nothing
-//! about records, topics or groups. A failed sync is returned, never ignored: callers
-//! poison the handle that saw it.
+//! The I/O seam: the only code that touches the file system. Segment and index files
+//! (and, under simulation, the catalog file) go through a small [`Backend`] trait with
+//! the real implementation ([`RealFs`]) and a simulated one ([`sim::SimFs`]) that keeps a
+//! live and a durable image and can cut the power at any operation.
+//!
+//! **Invariant:** knows bytes and paths, nothing about records, topics or groups. A failed
+//! sync is returned, never ignored: callers poison the handle that saw it.
+
+pub mod sim;
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::error::{Error, IoContext, Result};
 
-/// A segment or index file opened for positional reads and writes.
+/// One open file: positional reads and writes, sync, resize.
+pub trait FileIo: Send + Sync + std::fmt::Debug {
+    fn len(&self) -> std::io::Result<u64>;
+    /// Reads into `buf` at `pos`; returns fewer bytes only at the end of the file.
+    fn read_at(&self, buf: &mut [u8], pos: u64) -> std::io::Result<usize>;
+    fn write_all_at(&self, buf: &[u8], pos: u64) -> std::io::Result<()>;
+    /// Makes the file's data durable (`fdatasync`).
+    fn sync_data(&self) -> std::io::Result<()>;
+    fn set_len(&self, len: u64) -> std::io::Result<()>;
+}
+
+/// The file-system operations spool uses.
+pub trait Backend: Send + Sync + std::fmt::Debug {
+    /// Creates a file that must not exist yet.
+    fn create_new(&self, path: &Path) -> std::io::Result<Arc<dyn FileIo>>;
+    fn open(&self, path: &Path) -> std::io::Result<Arc<dyn FileIo>>;
+    fn open_or_create(&self, path: &Path) -> std::io::Result<Arc<dyn FileIo>>;
+    /// Deleting a missing file is not an error.
+    fn remove_file(&self, path: &Path) -> std::io::Result<()>;
+    /// Renames a file (atomically replacing `to`); durable after `sync_dir`.
+    fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()>;
+    fn list_dir(&self, dir: &Path) -> std::io::Result<Vec<String>>;
+    fn create_dir_all(&self, dir: &Path) -> std::io::Result<()>;
+    /// Makes the directory's entries (creations, deletions) durable.
+    fn sync_dir(&self, dir: &Path) -> std::io::Result<()>;
+    /// `Some(false)`: the path exists and is not a directory.
+    fn is_dir(&self, path: &Path) -> Option<bool>;
+    /// Whether this is the real file system (which gets the `LOCK` file and redb's own
+    /// file handling for the catalog).
+    fn is_real(&self) -> bool;
+}
+
+/// A shared handle on a [`Backend`], with errors that name the file.
+#[derive(Clone, Debug)]
+pub struct Fs(Arc<dyn Backend>);
+
+impl Fs {
+    pub fn real() -> Fs {
+        Fs(Arc::new(RealFs))
+    }
+
+    pub fn new(backend: Arc<dyn Backend>) -> Fs {
+        Fs(backend)
+    }
+
+    pub fn is_real(&self) -> bool {
+        self.0.is_real()
+    }
+
+    pub fn create_new(&self, path: &Path) -> Result<DataFile> {
+        let io = self
+            .0
+            .create_new(path)
+            .ctx(|| format!("creating {}", path.display()))?;
+        Ok(DataFile::new(io, path))
+    }
+
+    pub fn open(&self, path: &Path) -> Result<DataFile> {
+        let io = self
+            .0
+            .open(path)
+            .ctx(|| format!("opening {}", path.display()))?;
+        Ok(DataFile::new(io, path))
+    }
+
+    pub fn open_or_create(&self, path: &Path) -> Result<DataFile> {
+        let io = self
+            .0
+            .open_or_create(path)
+            .ctx(|| format!("opening {}", path.display()))?;
+        Ok(DataFile::new(io, path))
+    }
+
+    /// The raw handle, for the catalog's storage adapter.
+    pub fn open_or_create_raw(&self, path: &Path) -> Result<Arc<dyn FileIo>> {
+        self.0
+            .open_or_create(path)
+            .ctx(|| format!("opening {}", path.display()))
+    }
+
+    pub fn remove_file(&self, path: &Path) -> Result<()> {
+        self.0
+            .remove_file(path)
+            .ctx(|| format!("deleting {}", path.display()))
+    }
+
+    pub fn rename(&self, from: &Path, to: &Path) -> Result<()> {
+        self.0
+            .rename(from, to)
+            .ctx(|| format!("renaming {} to {}", from.display(), to.display()))
+    }
+
+    /// File names in a directory.
+    pub fn list_dir(&self, dir: &Path) -> Result<Vec<String>> {
+        self.0
+            .list_dir(dir)
+            .ctx(|| format!("listing {}", dir.display()))
+    }
+
+    /// Creates `dir` (and parents) and makes its entry in the parent durable.
+    pub fn create_dir_all(&self, dir: &Path) -> Result<()> {
+        let existed = self.0.is_dir(dir) == Some(true);
+        self.0
+            .create_dir_all(dir)
+            .ctx(|| format!("creating directory {}", dir.display()))?;
+        if !existed && let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+            self.sync_dir(parent)?;
+        }
+        Ok(())
+    }
+
+    pub fn sync_dir(&self, dir: &Path) -> Result<()> {
+        self.0
+            .sync_dir(dir)
+            .ctx(|| format!("syncing directory {}", dir.display()))
+    }
+
+    pub fn is_dir(&self, path: &Path) -> Option<bool> {
+        self.0.is_dir(path)
+    }
+}
+
+/// A segment or index file with errors that name it.
 #[derive(Debug)]
 pub struct DataFile {
-    file: File,
+    io: Arc<dyn FileIo>,
     path: PathBuf,
 }
 
 impl DataFile {
-    /// Creates a new file, failing if it exists (a name is never reused).
-    pub fn create_new(path: &Path) -> Result<Self> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(path)
-            .ctx(|| format!("creating {}", path.display()))?;
-        Ok(DataFile {
-            file,
+    fn new(io: Arc<dyn FileIo>, path: &Path) -> Self {
+        DataFile {
+            io,
             path: path.to_owned(),
-        })
-    }
-
-    /// Opens an existing file for reading and writing.
-    pub fn open(path: &Path) -> Result<Self> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)
-            .ctx(|| format!("opening {}", path.display()))?;
-        Ok(DataFile {
-            file,
-            path: path.to_owned(),
-        })
-    }
-
-    /// Opens or creates a file (for index caches).
-    pub fn open_or_create(path: &Path) -> Result<Self> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)
-            .ctx(|| format!("opening {}", path.display()))?;
-        Ok(DataFile {
-            file,
-            path: path.to_owned(),
-        })
+        }
     }
 
     pub fn path(&self) -> &Path {
@@ -64,43 +157,32 @@ impl DataFile {
     }
 
     pub fn len(&self) -> Result<u64> {
-        Ok(self
-            .file
-            .metadata()
-            .ctx(|| format!("reading the size of {}", self.path.display()))?
-            .len())
+        self.io
+            .len()
+            .ctx(|| format!("reading the size of {}", self.path.display()))
     }
 
-    /// Reads exactly `buf.len()` bytes at `position`, or fewer if the file ends first;
-    /// returns how many were read.
+    /// Reads `buf.len()` bytes at `position`, or fewer if the file ends first.
     pub fn read_at(&self, buf: &mut [u8], position: u64) -> Result<usize> {
-        let mut done = 0;
-        while done < buf.len() {
-            match self.file.read_at(&mut buf[done..], position + done as u64) {
-                Ok(0) => break,
-                Ok(n) => done += n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(Error::io(format!("reading {}", self.path.display()), e)),
-            }
-        }
-        Ok(done)
+        self.io
+            .read_at(buf, position)
+            .ctx(|| format!("reading {}", self.path.display()))
     }
 
     pub fn write_all_at(&self, buf: &[u8], position: u64) -> Result<()> {
-        self.file
+        self.io
             .write_all_at(buf, position)
             .ctx(|| format!("writing {}", self.path.display()))
     }
 
-    /// Makes the file's data durable (`fdatasync`).
     pub fn sync_data(&self) -> Result<()> {
-        self.file
+        self.io
             .sync_data()
             .ctx(|| format!("syncing {}", self.path.display()))
     }
 
     pub fn set_len(&self, len: u64) -> Result<()> {
-        self.file
+        self.io
             .set_len(len)
             .ctx(|| format!("truncating {}", self.path.display()))
     }
@@ -115,56 +197,111 @@ impl DataFile {
     }
 }
 
-/// Makes a directory entry change (create, rename, delete) durable.
-pub fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .ctx(|| format!("syncing directory {}", dir.display()))
-}
+/// The real file system.
+#[derive(Debug)]
+pub struct RealFs;
 
-pub fn create_dir_all(dir: &Path) -> Result<()> {
-    std::fs::create_dir_all(dir).ctx(|| format!("creating directory {}", dir.display()))
-}
+#[derive(Debug)]
+struct RealFile(File);
 
-pub fn remove_file(path: &Path) -> Result<()> {
-    match std::fs::remove_file(path) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(Error::io(format!("deleting {}", path.display()), e)),
+impl FileIo for RealFile {
+    fn len(&self) -> std::io::Result<u64> {
+        Ok(self.0.metadata()?.len())
+    }
+    fn read_at(&self, buf: &mut [u8], pos: u64) -> std::io::Result<usize> {
+        let mut done = 0;
+        while done < buf.len() {
+            match self.0.read_at(&mut buf[done..], pos + done as u64) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(done)
+    }
+    fn write_all_at(&self, buf: &[u8], pos: u64) -> std::io::Result<()> {
+        self.0.write_all_at(buf, pos)
+    }
+    fn sync_data(&self) -> std::io::Result<()> {
+        self.0.sync_data()
+    }
+    fn set_len(&self, len: u64) -> std::io::Result<()> {
+        self.0.set_len(len)
     }
 }
 
-/// File names in a directory (non-UTF-8 names are skipped: spool never writes them).
-pub fn list_dir(dir: &Path) -> Result<Vec<String>> {
-    let mut out = Vec::new();
-    let rd = std::fs::read_dir(dir).ctx(|| format!("listing {}", dir.display()))?;
-    for entry in rd {
-        let entry = entry.ctx(|| format!("listing {}", dir.display()))?;
-        if let Ok(name) = entry.file_name().into_string() {
-            out.push(name);
+fn rw() -> OpenOptions {
+    let mut o = OpenOptions::new();
+    o.read(true).write(true);
+    o
+}
+
+impl Backend for RealFs {
+    fn create_new(&self, path: &Path) -> std::io::Result<Arc<dyn FileIo>> {
+        Ok(Arc::new(RealFile(rw().create_new(true).open(path)?)))
+    }
+    fn open(&self, path: &Path) -> std::io::Result<Arc<dyn FileIo>> {
+        Ok(Arc::new(RealFile(rw().open(path)?)))
+    }
+    fn open_or_create(&self, path: &Path) -> std::io::Result<Arc<dyn FileIo>> {
+        Ok(Arc::new(RealFile(
+            rw().create(true).truncate(false).open(path)?,
+        )))
+    }
+    fn remove_file(&self, path: &Path) -> std::io::Result<()> {
+        match std::fs::remove_file(path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            r => r,
         }
     }
-    Ok(out)
+    fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
+        std::fs::rename(from, to)
+    }
+    fn list_dir(&self, dir: &Path) -> std::io::Result<Vec<String>> {
+        let mut out = Vec::new();
+        for entry in std::fs::read_dir(dir)? {
+            // Names spool did not write (non-UTF-8) are not ours: skip them.
+            if let Ok(name) = entry?.file_name().into_string() {
+                out.push(name);
+            }
+        }
+        Ok(out)
+    }
+    fn create_dir_all(&self, dir: &Path) -> std::io::Result<()> {
+        std::fs::create_dir_all(dir)
+    }
+    fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
+        File::open(dir)?.sync_all()
+    }
+    fn is_dir(&self, path: &Path) -> Option<bool> {
+        std::fs::metadata(path).ok().map(|m| m.is_dir())
+    }
+    fn is_real(&self) -> bool {
+        true
+    }
 }
 
 /// An exclusive lock on `<dir>/LOCK`, held for the instance's life (released on drop).
 #[derive(Debug)]
 pub struct DirLock {
-    _file: File,
+    _file: Option<File>,
 }
 
 impl DirLock {
-    pub fn acquire(dir: &Path) -> Result<Self> {
+    /// Locks `dir` on the real file system; a simulated one needs no lock.
+    pub fn acquire(fs: &Fs, dir: &Path) -> Result<Self> {
+        if !fs.is_real() {
+            return Ok(DirLock { _file: None });
+        }
         let path = dir.join("LOCK");
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
+        let file = rw()
             .create(true)
             .truncate(false)
             .open(&path)
             .ctx(|| format!("opening {}", path.display()))?;
         match file.try_lock() {
-            Ok(()) => Ok(DirLock { _file: file }),
+            Ok(()) => Ok(DirLock { _file: Some(file) }),
             Err(std::fs::TryLockError::WouldBlock) => Err(Error::Locked {
                 path: dir.to_owned(),
             }),

@@ -14,7 +14,7 @@ use crate::Headers;
 use crate::error::{Error, Result};
 use crate::format::record::{self, Record};
 use crate::format::segment::{INDEX_ENTRY_LEN, IndexEntry, SEGMENT_HEADER_LEN, encode_entry};
-use crate::io::DataFile;
+use crate::io::{DataFile, Fs};
 pub use segment::MESSAGE_ID_HEADER;
 use segment::{Poison, Segment, read_lock, wants_entry, write_lock};
 
@@ -46,6 +46,7 @@ pub struct LogReader {
 /// The single writer of a topic's log. Callers serialise access (one `&mut`).
 #[derive(Debug)]
 pub struct TopicLog {
+    fs: Fs,
     dir: PathBuf,
     cfg: LogConfig,
     reader: LogReader,
@@ -69,11 +70,11 @@ pub struct Append<'a> {
 impl TopicLog {
     /// Opens (or creates) the log in `dir`. Reads sealed segments' index footers and
     /// scans only the active segment's tail.
-    pub fn open(dir: &Path, cfg: LogConfig, now_ms: u64) -> Result<TopicLog> {
-        crate::io::create_dir_all(dir)?;
+    pub fn open(fs: &Fs, dir: &Path, cfg: LogConfig, now_ms: u64) -> Result<TopicLog> {
+        fs.create_dir_all(dir)?;
         let mut bases: Vec<u64> = Vec::new();
         let mut stray_indexes: Vec<u64> = Vec::new();
-        for name in crate::io::list_dir(dir)? {
+        for name in fs.list_dir(dir)? {
             if let Some(b) = name.strip_suffix(".log").and_then(parse_base) {
                 bases.push(b);
             } else if let Some(b) = name.strip_suffix(".idx").and_then(parse_base) {
@@ -84,7 +85,7 @@ impl TopicLog {
         for b in stray_indexes {
             if bases.binary_search(&b).is_err() {
                 // Left behind by retention stopped half-way.
-                crate::io::remove_file(&dir.join(segment::index_file_name(b)))?;
+                fs.remove_file(&dir.join(segment::index_file_name(b)))?;
             }
         }
         let poison: Poison = Arc::new(OnceLock::new());
@@ -93,13 +94,13 @@ impl TopicLog {
         while bases.len() > 1 {
             let last = *bases.last().unwrap_or(&0);
             let path = dir.join(segment::segment_file_name(last));
-            let len = DataFile::open(&path)?.len()?;
+            let len = fs.open(&path)?.len()?;
             if len >= SEGMENT_HEADER_LEN as u64 {
                 break;
             }
             tracing::warn!(segment = %path.display(), "removing a segment torn during creation");
-            crate::io::remove_file(&path)?;
-            crate::io::remove_file(&dir.join(segment::index_file_name(last)))?;
+            fs.remove_file(&path)?;
+            fs.remove_file(&dir.join(segment::index_file_name(last)))?;
             bases.pop();
         }
         let mut segments: Vec<Arc<Segment>> = Vec::with_capacity(bases.len().max(1));
@@ -107,9 +108,9 @@ impl TopicLog {
         for (i, &base) in bases.iter().enumerate() {
             let path = dir.join(segment::segment_file_name(base));
             let seg = if i + 1 == bases.len() {
-                Segment::open_active(path, base, cfg.max_body, interval, poison.clone())?
+                Segment::open_active(fs, path, base, cfg.max_body, interval, poison.clone())?
             } else {
-                Segment::open_sealed(path, base, cfg.max_body, interval, poison.clone())?
+                Segment::open_sealed(fs, path, base, cfg.max_body, interval, poison.clone())?
             };
             if let Some(prev) = segments.last()
                 && prev.next() != base
@@ -126,6 +127,7 @@ impl TopicLog {
         }
         if segments.is_empty() {
             segments.push(Arc::new(Segment::create(
+                fs,
                 dir,
                 0,
                 now_ms,
@@ -137,10 +139,11 @@ impl TopicLog {
             .last()
             .cloned()
             .ok_or_else(|| Error::corrupt(dir, "log has no segment after open (internal error)"))?;
-        let index_file = DataFile::open_or_create(&active.index_path)?;
+        let index_file = fs.open_or_create(&active.index_path)?;
         let entries = active.index(interval)?;
         let last_entry = entries.last().map(|e| e.position);
         Ok(TopicLog {
+            fs: fs.clone(),
             dir: dir.to_owned(),
             cfg,
             reader: LogReader {
@@ -256,9 +259,10 @@ impl TopicLog {
         self.active.sync()?;
         let s = self.active.summary();
         let entries = self.active.index(self.cfg.index_interval_bytes)?;
-        segment::write_sealed_index(&self.active.index_path, &entries, &s)?;
+        segment::write_sealed_index(&self.fs, &self.active.index_path, &entries, &s)?;
         self.active.mark_sealed();
         let seg = match Segment::create(
+            &self.fs,
             &self.dir,
             s.next,
             now_ms,
@@ -271,7 +275,7 @@ impl TopicLog {
                 return Err(e);
             }
         };
-        self.index_file = DataFile::open_or_create(&seg.index_path)?;
+        self.index_file = self.fs.open_or_create(&seg.index_path)?;
         self.last_entry = None;
         self.index_count = 0;
         write_lock(&self.reader.segments).push(seg.clone());
@@ -312,11 +316,11 @@ impl TopicLog {
         }
         for seg in &removed {
             tracing::info!(segment = %seg.path.display(), next = seg.next(), "retention deleted a segment");
-            crate::io::remove_file(&seg.path)?;
-            crate::io::remove_file(&seg.index_path)?;
+            self.fs.remove_file(&seg.path)?;
+            self.fs.remove_file(&seg.index_path)?;
         }
         if !removed.is_empty() {
-            crate::io::sync_dir(&self.dir)?;
+            self.fs.sync_dir(&self.dir)?;
         }
         Ok(removed.len())
     }

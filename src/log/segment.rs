@@ -11,7 +11,7 @@ use crate::format::record::{self, Frame, Record};
 use crate::format::segment::{
     self as fmt, FOOTER_LEN, INDEX_ENTRY_LEN, IndexEntry, SEGMENT_HEADER_LEN, SegmentSummary,
 };
-use crate::io::DataFile;
+use crate::io::{DataFile, Fs};
 
 /// Bytes read per syscall when reading or scanning a segment.
 pub const READ_CHUNK_BYTES: usize = 256 * 1024;
@@ -53,6 +53,7 @@ pub struct Segment {
     synced: AtomicU64,
     max_body: usize,
     poison: Poison,
+    fs: Fs,
 }
 
 impl Segment {
@@ -105,6 +106,7 @@ impl Segment {
 
     /// Creates a new, empty active segment (header written and synced).
     pub(crate) fn create(
+        fs: &Fs,
         dir: &Path,
         base: u64,
         now_ms: u64,
@@ -113,12 +115,12 @@ impl Segment {
     ) -> Result<Segment> {
         let path = dir.join(segment_file_name(base));
         let index_path = dir.join(index_file_name(base));
-        let file = DataFile::create_new(&path)?;
+        let file = fs.create_new(&path)?;
         file.write_all_at(&fmt::encode_header(base, now_ms), 0)?;
         file.sync_data()?;
         // A stale index from an earlier life of this base would mislead readers.
-        crate::io::remove_file(&index_path)?;
-        crate::io::sync_dir(dir)?;
+        fs.remove_file(&index_path)?;
+        fs.sync_dir(dir)?;
         Ok(Segment {
             base,
             path,
@@ -135,12 +137,14 @@ impl Segment {
             synced: AtomicU64::new(SEGMENT_HEADER_LEN as u64),
             max_body,
             poison,
+            fs: fs.clone(),
         })
     }
 
     /// Opens a sealed segment from its index footer alone (no scan). Falls back to a scan,
     /// which also rewrites the index, when the footer is missing or disagrees with the file.
     pub(crate) fn open_sealed(
+        fs: &Fs,
         path: PathBuf,
         base: u64,
         max_body: usize,
@@ -148,15 +152,16 @@ impl Segment {
         poison: Poison,
     ) -> Result<Segment> {
         let index_path = path.with_extension("idx");
-        let file = DataFile::open(&path)?;
+        let file = fs.open(&path)?;
         let len = file.len()?;
         check_header(&file, base)?;
-        if let Some(s) = read_footer(&index_path)?
-            && s.base == base
-            && s.bytes == len
-            && s.next >= base
+        let footer = read_footer(fs, &index_path)?
+            .filter(|(s, _, _)| s.base == base && s.bytes == len && s.next >= base);
+        if let Some((s, first, last)) = footer
+            && footer_agrees(&file, &s, &first, &last, interval, max_body)?
         {
-            let seg = Segment::from_parts(path, index_path, file, base, s, true, max_body, poison);
+            let seg =
+                Segment::from_parts(fs, path, index_path, file, base, s, true, max_body, poison);
             seg.index_loaded.store(false, Ordering::Release);
             return Ok(seg);
         }
@@ -171,14 +176,26 @@ impl Segment {
             |_| {},
         )?;
         if let Some(why) = scan.stop {
+            if let Some((s, _, _)) = footer {
+                // The data itself is damaged, so the footer could not be confirmed; it is
+                // still the best summary there is. Reads of the damaged range fail with
+                // `Error::Corrupt`, as they would have with an intact footer.
+                tracing::error!(segment = %path.display(), at = scan.end, reason = why,
+                    "sealed segment is damaged; keeping its index");
+                let seg = Segment::from_parts(
+                    fs, path, index_path, file, base, s, true, max_body, poison,
+                );
+                seg.index_loaded.store(false, Ordering::Release);
+                return Ok(seg);
+            }
             return Err(Error::corrupt(
                 &path,
                 format!("sealed segment damaged at byte {}: {why}", scan.end),
             ));
         }
         let s = scan.summary(base);
-        write_sealed_index(&index_path, &scan.entries, &s)?;
-        let seg = Segment::from_parts(path, index_path, file, base, s, true, max_body, poison);
+        write_sealed_index(fs, &index_path, &scan.entries, &s)?;
+        let seg = Segment::from_parts(fs, path, index_path, file, base, s, true, max_body, poison);
         *write_lock(&seg.index) = scan.entries;
         Ok(seg)
     }
@@ -187,6 +204,7 @@ impl Segment {
     /// file, scans only the tail after the last good index entry, and truncates a torn or
     /// corrupt tail.
     pub(crate) fn open_active(
+        fs: &Fs,
         path: PathBuf,
         base: u64,
         max_body: usize,
@@ -194,7 +212,7 @@ impl Segment {
         poison: Poison,
     ) -> Result<Segment> {
         let index_path = path.with_extension("idx");
-        let file = DataFile::open(&path)?;
+        let file = fs.open(&path)?;
         let len = file.len()?;
         if len < SEGMENT_HEADER_LEN as u64 {
             // Torn during creation: the header was never synced, so no record was written.
@@ -206,7 +224,7 @@ impl Segment {
             check_header(&file, base)?;
         }
         let len = file.len()?;
-        let mut entries = load_index_entries(&index_path)?;
+        let mut entries = load_index_entries(fs, &index_path)?;
         // Keep the longest prefix that is monotonic, inside the file, and whose last entry
         // really points at its record: the index is never synced, so its tail may be junk.
         let mut keep = 0;
@@ -271,16 +289,17 @@ impl Segment {
         for e in &entries {
             fmt::encode_entry(e, &mut bytes);
         }
-        let idx = DataFile::open_or_create(&index_path)?;
+        let idx = fs.open_or_create(&index_path)?;
         idx.set_len(0)?;
         idx.write_all_at(&bytes, 0)?;
-        let seg = Segment::from_parts(path, index_path, file, base, s, false, max_body, poison);
+        let seg = Segment::from_parts(fs, path, index_path, file, base, s, false, max_body, poison);
         *write_lock(&seg.index) = entries;
         Ok(seg)
     }
 
     #[expect(clippy::too_many_arguments, reason = "a private constructor")]
     fn from_parts(
+        fs: &Fs,
         path: PathBuf,
         index_path: PathBuf,
         file: DataFile,
@@ -311,6 +330,7 @@ impl Segment {
             }),
             max_body,
             poison,
+            fs: fs.clone(),
         }
     }
 
@@ -371,7 +391,7 @@ impl Segment {
         if self.index_loaded.load(Ordering::Acquire) {
             return Ok(());
         }
-        let raw = match DataFile::open(&self.index_path) {
+        let raw = match self.fs.open(&self.index_path) {
             Ok(f) => f.read_all()?,
             Err(_) => Vec::new(),
         };
@@ -394,7 +414,12 @@ impl Segment {
                         format!("sealed segment damaged at byte {}: {why}", scan.end),
                     ));
                 }
-                write_sealed_index(&self.index_path, &scan.entries, &scan.summary(self.base))?;
+                write_sealed_index(
+                    &self.fs,
+                    &self.index_path,
+                    &scan.entries,
+                    &scan.summary(self.base),
+                )?;
                 scan.entries
             }
         };
@@ -535,15 +560,19 @@ fn read_chunk(file: &DataFile, pos: u64, len: usize) -> Result<Bytes> {
     Ok(buf.freeze())
 }
 
-fn read_footer(index_path: &Path) -> Result<Option<SegmentSummary>> {
-    let Ok(f) = DataFile::open(index_path) else {
+/// Reads a sealed index's footer and its first and last entries (open reads nothing else
+/// of it; the entries between are checked against the footer's crc when first used).
+fn read_footer(
+    fs: &Fs,
+    index_path: &Path,
+) -> Result<Option<(SegmentSummary, IndexEntry, IndexEntry)>> {
+    let Ok(f) = fs.open(index_path) else {
         return Ok(None);
     };
     let len = f.len()?;
-    if len < FOOTER_LEN as u64 {
+    if len < (FOOTER_LEN + INDEX_ENTRY_LEN) as u64 {
         return Ok(None);
     }
-    // Only the footer is read at open; the entries are checked when first used.
     let mut footer = [0u8; FOOTER_LEN];
     f.read_at(&mut footer, len - FOOTER_LEN as u64)?;
     let entries_len = len - FOOTER_LEN as u64;
@@ -556,18 +585,64 @@ fn read_footer(index_path: &Path) -> Result<Option<SegmentSummary>> {
         a.copy_from_slice(&footer[at..at + 8]);
         u64::from_le_bytes(a)
     };
-    Ok(Some(SegmentSummary {
+    let mut entry = [0u8; INDEX_ENTRY_LEN];
+    f.read_at(&mut entry, 0)?;
+    let first = fmt::decode_entries(&entry)[0];
+    f.read_at(&mut entry, entries_len - INDEX_ENTRY_LEN as u64)?;
+    let last = fmt::decode_entries(&entry)[0];
+    let s = SegmentSummary {
         base: u(8),
         next: u(16),
         bytes: u(24),
         first_ts: u(32),
         last_ts: u(40),
         id_count: u(48),
-    }))
+    };
+    Ok(Some((s, first, last)))
 }
 
-fn load_index_entries(index_path: &Path) -> Result<Vec<IndexEntry>> {
-    let Ok(f) = DataFile::open(index_path) else {
+/// Whether a sealed index's footer tells the truth about its segment, checked from the
+/// data at the cost of one short scan: the first entry is the segment's first record, and
+/// scanning from the last entry ends exactly at the footer's `bytes`, `next`, `last_ts`
+/// and `id_count`. The footer's crc also covers every entry, which open does not read, so
+/// without this a damaged footer (the index is never synced) would be believed.
+fn footer_agrees(
+    file: &DataFile,
+    s: &SegmentSummary,
+    first: &IndexEntry,
+    last: &IndexEntry,
+    interval: u64,
+    max_body: usize,
+) -> Result<bool> {
+    if first.offset != s.base
+        || first.position != SEGMENT_HEADER_LEN as u64
+        || first.ids_before != 0
+        || first.timestamp_ms != s.first_ts
+        || last.position < first.position
+        || last.position >= s.bytes
+        || last.offset < first.offset
+    {
+        return Ok(false);
+    }
+    let start = ScanStart {
+        position: last.position,
+        offset: last.offset,
+        ids_before: last.ids_before,
+    };
+    let tail = scan(file, s.base, start, s.bytes, interval, max_body, |_| {})?;
+    Ok(tail.stop.is_none()
+        && tail.end == s.bytes
+        && tail.next == s.next
+        && tail.ids == s.id_count
+        && tail.last_ts == s.last_ts
+        && tail
+            .entries
+            .first()
+            .is_some_and(|e| e.timestamp_ms == last.timestamp_ms))
+}
+
+fn load_index_entries(fs: &Fs, index_path: &Path) -> Result<Vec<IndexEntry>> {
+    let Ok(f) = fs.open(index_path) else {
         return Ok(Vec::new());
     };
     let raw = f.read_all()?;
@@ -581,6 +656,7 @@ fn load_index_entries(index_path: &Path) -> Result<Vec<IndexEntry>> {
 /// Writes a sealed index (entries + footer). Not synced: the index is a cache, and a torn
 /// one fails its crc and is rebuilt.
 pub(crate) fn write_sealed_index(
+    fs: &Fs,
     index_path: &Path,
     entries: &[IndexEntry],
     s: &SegmentSummary,
@@ -591,20 +667,26 @@ pub(crate) fn write_sealed_index(
     }
     let footer = fmt::encode_footer(&bytes, s);
     bytes.extend_from_slice(&footer);
-    let f = DataFile::open_or_create(index_path)?;
+    let f = fs.open_or_create(index_path)?;
     f.write_all_at(&bytes, 0)?;
     f.set_len(bytes.len() as u64)
 }
 
 fn entry_points_at_record(file: &DataFile, e: &IndexEntry, max_body: usize) -> Result<bool> {
     let mut want = 4096usize;
+    // A damaged length must not make us allocate more than the file still holds.
+    let left = file.len()?.saturating_sub(e.position);
     loop {
         let chunk = read_chunk(file, e.position, want)?;
         match record::decode(&chunk, max_body) {
             Frame::Complete { record, .. } => {
                 return Ok(record.offset == e.offset && record.timestamp_ms == e.timestamp_ms);
             }
-            Frame::Incomplete { needed } if needed > want && chunk.len() == want => want = needed,
+            Frame::Incomplete { needed }
+                if needed > want && chunk.len() == want && needed as u64 <= left =>
+            {
+                want = needed
+            }
             _ => return Ok(false),
         }
     }

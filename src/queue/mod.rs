@@ -20,10 +20,12 @@ pub use crate::catalog::Done;
 use crate::catalog::{AttemptRecord, Catalog, DeadLetterIntent, Op, TopicRecord};
 use crate::error::{Error, Result};
 use crate::format::record::{self, Record};
-use crate::io::DirLock;
+use crate::io::{DirLock, Fs};
 use crate::log::segment::Segment;
 use crate::log::{Append, LogConfig, LogReader, LogStats, MESSAGE_ID_HEADER, TopicLog};
-use crate::options::{MAX_MESSAGE_ID_BYTES, Options};
+use crate::options::{
+    MAX_HEADER_BYTES_LIMIT, MAX_MESSAGE_BYTES_LIMIT, MAX_MESSAGE_ID_BYTES, Options,
+};
 use dedup::Dedup;
 use group::{Group, LEASE_RECORDS};
 
@@ -171,6 +173,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// The embedded engine behind a `Spool`.
 pub struct Engine {
+    fs: Fs,
     opts: Options,
     catalog: Catalog,
     topics: RwLock<BTreeMap<String, Arc<Topic>>>,
@@ -189,28 +192,29 @@ impl Engine {
     /// Locks the directory, opens the catalog and every topic (tail recovery), finishes
     /// interrupted dead-letters, and after an unclean stop charges the deliveries that
     /// were out.
-    pub fn open(opts: Options, now_ms: u64) -> Result<Engine> {
+    pub fn open(fs: Fs, opts: Options, now_ms: u64) -> Result<Engine> {
         opts.validate()?;
         let dir = opts.data_source.clone();
-        if dir.exists() && !dir.is_dir() {
+        if fs.is_dir(&dir) == Some(false) {
             return Err(Error::io(
                 format!("opening data directory {}", dir.display()),
                 std::io::Error::new(std::io::ErrorKind::NotADirectory, "not a directory"),
             ));
         }
-        crate::io::create_dir_all(&dir)?;
-        let dir_lock = DirLock::acquire(&dir)?;
-        crate::io::create_dir_all(&dir.join("topics"))?;
-        let catalog = Catalog::open(&dir.join("catalog.redb"))?;
+        fs.create_dir_all(&dir)?;
+        let dir_lock = DirLock::acquire(&fs, &dir)?;
+        fs.create_dir_all(&dir.join("topics"))?;
+        let catalog = Catalog::open(&fs, &dir.join("catalog.redb"))?;
         let clean = catalog.was_clean()?;
         let engine = Engine {
+            fs,
             opts,
             catalog,
             topics: RwLock::new(BTreeMap::new()),
             _lock: dir_lock,
         };
         let mut names: Vec<String> = engine.catalog.topics()?.into_keys().collect();
-        for name in crate::io::list_dir(&dir.join("topics"))? {
+        for name in engine.fs.list_dir(&dir.join("topics"))? {
             if names::check(&name).is_ok() && !names.contains(&name) {
                 tracing::warn!(topic = %name, "topic directory not in the catalog; adopting it");
                 engine
@@ -266,14 +270,14 @@ impl Engine {
         LogConfig {
             segment_bytes: self.opts.segment_bytes,
             index_interval_bytes: self.opts.index_interval_bytes,
-            max_body: record::BODY_FIXED_LEN
-                + self.opts.max_message_bytes
-                + self.opts.max_header_bytes,
+            // The hard ceilings, not today's options: records written under larger
+            // limits are data, and recovery must not mistake them for damage.
+            max_body: record::BODY_FIXED_LEN + MAX_MESSAGE_BYTES_LIMIT + MAX_HEADER_BYTES_LIMIT,
         }
     }
 
     fn open_topic(&self, name: &str, now_ms: u64) -> Result<Arc<Topic>> {
-        let log = TopicLog::open(&self.topic_dir(name), self.log_config(), now_ms)?;
+        let log = TopicLog::open(&self.fs, &self.topic_dir(name), self.log_config(), now_ms)?;
         let reader = log.reader().clone();
         let mut dedup = Dedup::new(self.opts.dedup_window);
         if dedup.enabled() {
@@ -315,7 +319,7 @@ impl Engine {
             name.to_owned(),
             TopicRecord { created_ms: now_ms },
         )])?;
-        let log = TopicLog::open(&self.topic_dir(name), self.log_config(), now_ms)?;
+        let log = TopicLog::open(&self.fs, &self.topic_dir(name), self.log_config(), now_ms)?;
         let t = Arc::new(Topic {
             name: name.to_owned(),
             reader: log.reader().clone(),

@@ -20,6 +20,7 @@ pub use consumer::{Consumer, ConsumerBuilder, Delivery, Pull};
 use crate::Headers;
 use crate::error::{Error, Result};
 use crate::format::record::Record;
+use crate::io::Fs;
 use crate::options::{Options, SyncPolicy};
 use crate::queue::{Engine, GroupInfo, NackOutcome, OffsetReset, TopicInfo};
 use syncer::Syncer;
@@ -84,9 +85,19 @@ impl Spool {
 
     /// Opens an instance from [`Options`].
     pub fn open_with(options: Options) -> Result<Spool> {
+        Spool::open_on(Fs::real(), options)
+    }
+
+    /// Opens an instance on a simulated file system (power-loss tests).
+    #[doc(hidden)]
+    pub fn open_simulated(options: Options, fs: &crate::io::sim::SimFs) -> Result<Spool> {
+        Spool::open_on(Fs::new(Arc::new(fs.clone())), options)
+    }
+
+    fn open_on(fs: Fs, options: Options) -> Result<Spool> {
         let sync = options.sync;
         let tick = tick_interval(&options);
-        let engine = Arc::new(Engine::open(options, now_ms())?);
+        let engine = Arc::new(Engine::open(fs, options, now_ms())?);
         let inner = Arc::new(Inner {
             engine: RwLock::new(Some(engine)),
             notify: Mutex::new(HashMap::new()),
