@@ -8,6 +8,7 @@
 pub mod segment;
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 
 use crate::Headers;
@@ -40,6 +41,9 @@ pub struct LogStats {
 #[derive(Clone, Debug)]
 pub struct LogReader {
     segments: Arc<RwLock<Vec<Arc<Segment>>>>,
+    /// `[earliest, next)`: kept beside the list so hot paths need no lock. `next` is
+    /// stored after the records are visible in their segment.
+    bounds: Arc<[AtomicU64; 2]>,
     cfg: LogConfig,
 }
 
@@ -147,6 +151,10 @@ impl TopicLog {
             dir: dir.to_owned(),
             cfg,
             reader: LogReader {
+                bounds: Arc::new([
+                    AtomicU64::new(segments.first().map_or(0, |s| s.base)),
+                    AtomicU64::new(active.next()),
+                ]),
                 segments: Arc::new(RwLock::new(segments)),
                 cfg,
             },
@@ -250,6 +258,7 @@ impl TopicLog {
         }
         self.active
             .publish_progress(p.end, p.next, p.first_ts, p.last_ts, p.ids, &p.entries);
+        self.reader.bounds[1].store(p.next, Ordering::Release);
         p.entries.clear();
         Ok(())
     }
@@ -313,6 +322,9 @@ impl TopicLog {
                 total -= oldest.end();
                 removed.push(segs.remove(0));
             }
+            if let Some(first) = segs.first() {
+                self.reader.bounds[0].store(first.base, Ordering::Release);
+            }
         }
         for seg in &removed {
             tracing::info!(segment = %seg.path.display(), next = seg.next(), "retention deleted a segment");
@@ -374,11 +386,11 @@ impl LogReader {
     }
 
     pub fn earliest(&self) -> u64 {
-        read_lock(&self.segments).first().map_or(0, |s| s.base)
+        self.bounds[0].load(Ordering::Acquire)
     }
 
     pub fn next(&self) -> u64 {
-        read_lock(&self.segments).last().map_or(0, |s| s.next())
+        self.bounds[1].load(Ordering::Acquire)
     }
 
     /// Records from `from` (clamped to the earliest retained offset), at most `max_records`

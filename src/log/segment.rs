@@ -14,7 +14,7 @@ use crate::format::segment::{
 use crate::io::{DataFile, Fs};
 
 /// Bytes read per syscall when reading or scanning a segment.
-pub const READ_CHUNK_BYTES: usize = 256 * 1024;
+pub const READ_CHUNK_BYTES: usize = 64 * 1024;
 /// Bytes read per syscall during recovery and index rebuilds.
 const SCAN_CHUNK_BYTES: usize = 1024 * 1024;
 

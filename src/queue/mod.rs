@@ -131,6 +131,23 @@ pub struct Ticket {
     pub token: u64,
 }
 
+/// A consumer's resolved handle on its group.
+#[derive(Clone, Debug)]
+pub struct GroupRef {
+    topic: Arc<Topic>,
+    group: Arc<Mutex<Group>>,
+    name: Arc<str>,
+}
+
+impl GroupRef {
+    pub fn topic(&self) -> &str {
+        &self.topic.name
+    }
+    pub fn group(&self) -> &str {
+        &self.name
+    }
+}
+
 /// What a publish needs synced to be durable.
 #[derive(Debug)]
 pub struct Published {
@@ -505,15 +522,20 @@ impl Engine {
         group: &str,
         max_in_flight: usize,
         now_ms: u64,
-    ) -> Result<()> {
+    ) -> Result<GroupRef> {
+        names::check(topic)?;
         names::check(group)?;
-        if self.opts.max_delivery_attempts > 0 {
-            names::check(&format!("{topic}{}", self.opts.dead_letter_suffix))?;
+        if let Some(dlq) = self.dead_letter_topic(topic) {
+            names::check(&dlq)?;
         }
         let t = self.topic_or_create(topic, now_ms)?;
         let g = self.group(&t, group)?;
         lock(&g).max_in_flight = max_in_flight.max(1);
-        Ok(())
+        Ok(GroupRef {
+            topic: t,
+            group: g,
+            name: Arc::from(group),
+        })
     }
 
     fn clamp(&self, t: &Topic, group: &str, g: &mut Group) {
@@ -524,12 +546,19 @@ impl Engine {
         }
     }
 
-    /// Hands out the next delivery of the group, if one is available now.
-    pub fn next_delivery(&self, topic: &str, group: &str) -> Result<Option<Handout>> {
-        let t = self.topic_or_create(topic, 0)?;
-        let g = self.group(&t, group)?;
-        let mut g = lock(&g);
-        self.clamp(&t, group, &mut g);
+    /// Under one lock: auto-acks `ack_previous` (if it is still out) and hands out the
+    /// group's next delivery, if one is available now.
+    pub fn next_delivery(
+        &self,
+        r: &GroupRef,
+        ack_previous: Option<Ticket>,
+    ) -> Result<Option<Handout>> {
+        let t = &r.topic;
+        let mut g = lock(&r.group);
+        if let Some(prev) = ack_previous {
+            self.ack_locked(r, &mut g, prev, None)?;
+        }
+        self.clamp(t, &r.name, &mut g);
         let log_next = t.reader.next();
         let Some(offset) = g.next_offset(log_next) else {
             return Ok(None);
@@ -542,10 +571,11 @@ impl Engine {
                 let batch = t.reader.read(offset, PREFETCH_RECORDS, PREFETCH_BYTES)?;
                 g.prefetch.extend(batch);
             }
-            g.prefetch.front().cloned()
+            g.prefetch.pop_front()
         };
         let Some(record) = record.filter(|r| r.offset == offset) else {
             // Retention removed it between the clamp and the read: try again later.
+            g.prefetch.clear();
             return Ok(None);
         };
         // Make sure a crash while this delivery is out can be blamed on it (see group.rs).
@@ -558,8 +588,8 @@ impl Engine {
                 rec.lease_end = offset + LEASE_RECORDS;
             }
             self.catalog.commit(&[Op::PutGroup(
-                topic.to_owned(),
-                group.to_owned(),
+                t.name.clone(),
+                r.name.to_string(),
                 rec.clone(),
             )])?;
             g.lease_end = rec.lease_end;
@@ -600,10 +630,15 @@ impl Engine {
     /// commits) and `durable` runs once it is on disk (explicit ack); without, the next
     /// periodic commit persists it (auto-ack). A stale delivery fails with
     /// `StaleDelivery` when explicit and is ignored when automatic.
-    pub fn ack_delivery(
+    pub fn ack_delivery(&self, r: &GroupRef, ticket: Ticket, durable: Option<Done>) -> Result<()> {
+        let mut g = lock(&r.group);
+        self.ack_locked(r, &mut g, ticket, durable)
+    }
+
+    fn ack_locked(
         &self,
-        topic: &str,
-        group: &str,
+        r: &GroupRef,
+        g: &mut Group,
         ticket: Ticket,
         durable: Option<Done>,
     ) -> Result<()> {
@@ -612,8 +647,6 @@ impl Engine {
             epoch,
             token,
         } = ticket;
-        let (t, g) = self.existing_group(topic, group)?;
-        let mut g = lock(&g);
         if !g.holds(offset, epoch, token) {
             return match durable {
                 Some(_) => Err(Error::StaleDelivery { offset }),
@@ -622,16 +655,15 @@ impl Engine {
         }
         g.in_flight.remove(&offset);
         g.finish(offset);
-        self.clamp(&t, group, &mut g);
         match durable {
             // Queued under the group lock: snapshots reach the catalog in order.
             Some(done) => {
-                let ops = self.group_ops(topic, group, &mut g);
+                let ops = self.group_ops(&r.topic.name, &r.name, g);
                 self.catalog.commit_then(ops, done);
             }
             // In careful mode every step is committed, so a crash blames exactly one delivery.
             None if offset < g.careful_until => {
-                let ops = self.group_ops(topic, group, &mut g);
+                let ops = self.group_ops(&r.topic.name, &r.name, g);
                 self.catalog.commit(&ops)?;
             }
             None => {}
@@ -640,43 +672,31 @@ impl Engine {
     }
 
     /// Puts an unfinished delivery back for redelivery without counting an attempt.
-    pub fn release_delivery(&self, topic: &str, group: &str, ticket: Ticket) -> Result<()> {
-        let Ticket {
-            offset,
-            epoch,
-            token,
-        } = ticket;
-        let (_t, g) = self.existing_group(topic, group)?;
-        let mut g = lock(&g);
-        if g.holds(offset, epoch, token) {
-            g.in_flight.remove(&offset);
-            g.redeliver.insert(offset);
+    pub fn release_delivery(&self, r: &GroupRef, ticket: Ticket) {
+        let mut g = lock(&r.group);
+        if g.holds(ticket.offset, ticket.epoch, ticket.token) {
+            g.in_flight.remove(&ticket.offset);
+            g.redeliver.insert(ticket.offset);
             g.dirty = true;
             g.check();
         }
-        Ok(())
     }
 
     pub fn nack_delivery(
         &self,
-        topic: &str,
-        group: &str,
+        r: &GroupRef,
         ticket: Ticket,
         reason: &str,
         now_ms: u64,
     ) -> Result<NackOutcome> {
-        let Ticket {
-            offset,
-            epoch,
-            token,
-        } = ticket;
-        let (t, g) = self.existing_group(topic, group)?;
-        let mut g = lock(&g);
-        if !g.holds(offset, epoch, token) {
-            return Err(Error::StaleDelivery { offset });
+        let mut g = lock(&r.group);
+        if !g.holds(ticket.offset, ticket.epoch, ticket.token) {
+            return Err(Error::StaleDelivery {
+                offset: ticket.offset,
+            });
         }
-        g.in_flight.remove(&offset);
-        self.nack_taken(&t, group, &mut g, offset, reason, now_ms)
+        g.in_flight.remove(&ticket.offset);
+        self.nack_taken(&r.topic, &r.name, &mut g, ticket.offset, reason, now_ms)
     }
 
     /// Low-level ack of the group's cursor.

@@ -7,11 +7,13 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::{Spool, now_ms};
+use super::{Spool, Wakeup, now_ms};
 use crate::Headers;
 use crate::error::{Error, Result};
 use crate::format::record::Record;
-use crate::queue::{NackOutcome, Ticket, names};
+use std::sync::Arc;
+
+use crate::queue::{GroupRef, NackOutcome, Ticket};
 
 /// Configures a [`Consumer`].
 #[derive(Debug)]
@@ -50,21 +52,20 @@ impl ConsumerBuilder {
 
     /// Checks the names, creates the topic and group if needed.
     pub fn build(self) -> Result<Consumer> {
-        names::check(&self.topic)?;
-        names::check(&self.group)?;
-        self.spool.engine()?.register_consumer(
+        let group = self.spool.engine()?.register_consumer(
             &self.topic,
             &self.group,
             self.max_in_flight,
             now_ms(),
         )?;
-        let notify = self.spool.notifier(&self.topic);
+        let wakeup = self.spool.notifier(&self.topic);
         Ok(Consumer {
-            spool: self.spool,
-            topic: self.topic,
-            group: self.group,
+            shared: Arc::new(Shared {
+                spool: self.spool,
+                group,
+                wakeup,
+            }),
             manual_ack: self.manual_ack,
-            notify,
             previous: None,
         })
     }
@@ -83,63 +84,81 @@ impl ConsumerBuilder {
 /// again (a release does not count as an attempt).
 #[derive(Debug)]
 pub struct Consumer {
-    spool: Spool,
-    topic: String,
-    group: String,
+    shared: Arc<Shared>,
     manual_ack: bool,
-    notify: std::sync::Arc<tokio::sync::Notify>,
     /// Auto-ack: the delivery to ack when the next one is asked for.
     previous: Option<Ticket>,
 }
 
+/// What a consumer and its deliveries share (one `Arc` per delivery).
+#[derive(Debug)]
+struct Shared {
+    spool: Spool,
+    group: GroupRef,
+    wakeup: Arc<Wakeup>,
+}
+
 impl Consumer {
     pub fn topic(&self) -> &str {
-        &self.topic
+        self.shared.group.topic()
     }
     pub fn group(&self) -> &str {
-        &self.group
+        self.shared.group.group()
     }
 
     fn ack_previous(&mut self) -> Result<()> {
         if let Some(t) = self.previous.take() {
-            self.spool
-                .engine()?
-                .ack_delivery(&self.topic, &self.group, t, None)?;
-            self.spool.wake(&self.topic);
+            let sh = &self.shared;
+            sh.spool.engine()?.ack_delivery(&sh.group, t, None)?;
+            sh.wakeup.wake();
         }
         Ok(())
     }
 
+    /// Hands out the next delivery if one is available now (acking the previous one).
+    fn try_next(&mut self) -> Result<Option<Delivery>> {
+        let sh = &self.shared;
+        // The previous auto-ack delivery is acked under the same lock as the hand-out.
+        let previous = self.previous.take();
+        let handout = sh.spool.engine()?.next_delivery(&sh.group, previous)?;
+        if previous.is_some() {
+            // A slot or a redelivery may have opened for the group's other consumers.
+            sh.wakeup.wake();
+        }
+        Ok(handout.map(|h| {
+            let ticket = Ticket {
+                offset: h.record.offset(),
+                epoch: h.epoch,
+                token: h.token,
+            };
+            if !self.manual_ack {
+                self.previous = Some(ticket);
+            }
+            Delivery {
+                shared: self.shared.clone(),
+                record: h.record,
+                attempt: h.attempt,
+                ticket,
+                release_on_drop: self.manual_ack,
+            }
+        }))
+    }
+
     /// Waits for the next delivery.
     pub async fn recv(&mut self) -> Result<Delivery> {
-        self.ack_previous()?;
+        if let Some(d) = self.try_next()? {
+            return Ok(d);
+        }
+        let shared = self.shared.clone();
+        let _waiting = shared.wakeup.waiting();
         loop {
-            // Registered before looking, so a publish in between is not missed.
-            let notified = self.notify.notified();
+            // Registered before looking again, so a publish in between is not missed.
+            let notified = shared.wakeup.notify.notified();
             let mut notified = std::pin::pin!(notified);
             notified.as_mut().enable();
-            let engine = self.spool.engine()?;
-            if let Some(h) = engine.next_delivery(&self.topic, &self.group)? {
-                drop(engine);
-                let ticket = Ticket {
-                    offset: h.record.offset(),
-                    epoch: h.epoch,
-                    token: h.token,
-                };
-                if !self.manual_ack {
-                    self.previous = Some(ticket);
-                }
-                return Ok(Delivery {
-                    spool: self.spool.clone(),
-                    topic: self.topic.clone(),
-                    group: self.group.clone(),
-                    record: h.record,
-                    attempt: h.attempt,
-                    ticket,
-                    release_on_drop: self.manual_ack,
-                });
+            if let Some(d) = self.try_next()? {
+                return Ok(d);
             }
-            drop(engine);
             notified.await;
         }
     }
@@ -222,9 +241,7 @@ impl futures_core::Stream for Pull<'_> {
 /// One message handed to a consumer.
 #[derive(Debug)]
 pub struct Delivery {
-    spool: Spool,
-    topic: String,
-    group: String,
+    shared: Arc<Shared>,
     record: Record,
     attempt: u32,
     ticket: Ticket,
@@ -233,10 +250,10 @@ pub struct Delivery {
 
 impl Delivery {
     pub fn topic(&self) -> &str {
-        &self.topic
+        self.shared.group.topic()
     }
     pub fn group(&self) -> &str {
-        &self.group
+        self.shared.group.group()
     }
     pub fn offset(&self) -> u64 {
         self.record.offset()
@@ -260,15 +277,15 @@ impl Delivery {
     pub async fn ack(mut self) -> Result<()> {
         self.release_on_drop = false;
         let (tx, rx) = tokio::sync::oneshot::channel();
-        self.spool.engine()?.ack_delivery(
-            &self.topic,
-            &self.group,
+        let sh = &self.shared;
+        sh.spool.engine()?.ack_delivery(
+            &sh.group,
             self.ticket,
             Some(Box::new(move |r| {
                 let _ = tx.send(r);
             })),
         )?;
-        self.spool.wake(&self.topic);
+        sh.wakeup.wake();
         match rx.await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(detail)) => Err(Error::Catalog {
@@ -283,11 +300,12 @@ impl Delivery {
     pub async fn nack(mut self, reason: &str) -> Result<NackOutcome> {
         self.release_on_drop = false;
         let t = self.ticket;
-        let r =
-            self.spool
-                .engine()?
-                .nack_delivery(&self.topic, &self.group, t, reason, now_ms())?;
-        self.spool.wake(&self.topic);
+        let sh = &self.shared;
+        let r = sh
+            .spool
+            .engine()?
+            .nack_delivery(&sh.group, t, reason, now_ms())?;
+        sh.wakeup.wake();
         Ok(r)
     }
 }
@@ -298,12 +316,11 @@ impl Drop for Delivery {
             return;
         }
         let t = self.ticket;
-        if let Ok(engine) = self.spool.engine() {
-            if let Err(e) = engine.release_delivery(&self.topic, &self.group, t) {
-                tracing::debug!(error = %e, "release on drop failed");
-            }
+        let sh = &self.shared;
+        if let Ok(engine) = sh.spool.engine() {
+            engine.release_delivery(&sh.group, t);
             drop(engine);
-            self.spool.wake(&self.topic);
+            sh.wakeup.wake();
         }
     }
 }

@@ -8,6 +8,7 @@ mod consumer;
 mod syncer;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering, fence};
 use std::sync::{Arc, Condvar, Mutex, RwLock, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -53,7 +54,7 @@ struct Inner {
     /// `None` once closed. Calls clone the `Arc` for their duration.
     engine: RwLock<Option<Arc<Engine>>>,
     /// Woken on every publish to a topic and every change that frees a delivery.
-    notify: Mutex<HashMap<String, Arc<Notify>>>,
+    notify: Mutex<HashMap<String, Arc<Wakeup>>>,
     syncer: Syncer,
     ticker: Ticker,
     sync: SyncPolicy,
@@ -118,12 +119,12 @@ impl Spool {
             .ok_or(Error::Closed)
     }
 
-    pub(crate) fn notifier(&self, topic: &str) -> Arc<Notify> {
+    pub(crate) fn notifier(&self, topic: &str) -> Arc<Wakeup> {
         let mut map = self.inner.notify.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(n) = map.get(topic) {
             return n.clone();
         }
-        let n = Arc::new(Notify::new());
+        let n = Arc::new(Wakeup::default());
         map.insert(topic.to_owned(), n.clone());
         n
     }
@@ -137,7 +138,7 @@ impl Spool {
             .get(topic)
             .cloned();
         if let Some(n) = n {
-            n.notify_waiters();
+            n.wake();
         }
     }
 
@@ -168,7 +169,7 @@ impl Spool {
                 }
             }
         }
-        let waiters: Vec<Arc<Notify>> = self
+        let waiters: Vec<Arc<Wakeup>> = self
             .inner
             .notify
             .lock()
@@ -177,7 +178,7 @@ impl Spool {
             .cloned()
             .collect();
         for n in waiters {
-            n.notify_waiters();
+            n.notify.notify_waiters();
         }
         result
     }
@@ -287,6 +288,41 @@ impl Spool {
     /// `Commit Interval Ms`).
     pub fn commit(&self) -> Result<()> {
         self.engine()?.commit_groups(false)
+    }
+}
+
+/// Wakes the consumers of one topic that wait for a record or a free delivery slot.
+///
+/// Waking is skipped when nobody waits (the common case on a busy queue). A waiter counts
+/// itself before it looks at the state, and a waker looks at the count after changing the
+/// state; the two `SeqCst` fences make sure at least one of them sees the other.
+#[derive(Debug, Default)]
+pub(crate) struct Wakeup {
+    pub(crate) notify: Notify,
+    waiting: AtomicUsize,
+}
+
+impl Wakeup {
+    pub(crate) fn wake(&self) {
+        fence(Ordering::SeqCst);
+        if self.waiting.load(Ordering::SeqCst) > 0 {
+            self.notify.notify_waiters();
+        }
+    }
+
+    /// Counts a waiter until the guard drops.
+    pub(crate) fn waiting(&self) -> WaitGuard<'_> {
+        self.waiting.fetch_add(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        WaitGuard(self)
+    }
+}
+
+pub(crate) struct WaitGuard<'a>(&'a Wakeup);
+
+impl Drop for WaitGuard<'_> {
+    fn drop(&mut self) {
+        self.0.waiting.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
