@@ -427,7 +427,9 @@ mod tests {
                 .read_file(Path::new("/d/a"))
                 .expect("synced entry survives");
             assert_eq!(&got[..7], b"durable");
-            assert!(got.len() == 7 || got.len().is_multiple_of(SECTOR as usize) || got.len() == 2007);
+            assert!(
+                got.len() == 7 || got.len().is_multiple_of(SECTOR as usize) || got.len() == 2007
+            );
         }
     }
 }
