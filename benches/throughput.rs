@@ -161,6 +161,35 @@ fn raw_append(count: usize, size: usize, fsync_each: bool) -> Stat {
     stat(count, size, start.elapsed(), lat)
 }
 
+/// One `pwrite` + `fdatasync` per message into a file whose blocks were written (zeros)
+/// beforehand: what preallocation buys over appending.
+fn raw_overwrite_fsync(count: usize, size: usize) -> Stat {
+    use std::os::unix::fs::FileExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("raw.log");
+    std::fs::write(&path, vec![0u8; count * (size + 8)]).expect("preallocate");
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .expect("open");
+    f.sync_all().expect("sync");
+    let payload = vec![7u8; size];
+    let mut lat = Vec::new();
+    let start = Instant::now();
+    for i in 0..count {
+        let t = Instant::now();
+        let mut rec = Vec::with_capacity(size + 8);
+        rec.extend_from_slice(&(size as u32).to_le_bytes());
+        rec.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
+        rec.extend_from_slice(&payload);
+        f.write_all_at(&rec, (i * (size + 8)) as u64)
+            .expect("write");
+        f.sync_data().expect("sync");
+        lat.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    stat(count, size, start.elapsed(), lat)
+}
+
 fn sqlite(dir: &Path, sync: &str) -> rusqlite::Connection {
     let c = rusqlite::Connection::open(dir.join("q.sqlite")).expect("sqlite");
     c.pragma_update(None, "journal_mode", "WAL").expect("wal");

@@ -19,6 +19,9 @@ use crate::io::{DataFile, Fs};
 pub use segment::MESSAGE_ID_HEADER;
 use segment::{Poison, Segment, read_lock, wants_entry, write_lock};
 
+/// Zeros written ahead of the records at a time.
+const PREALLOCATE_BYTES: u64 = 1 << 20;
+
 /// How a log lays out its files.
 #[derive(Clone, Copy, Debug)]
 pub struct LogConfig {
@@ -60,6 +63,9 @@ pub struct TopicLog {
     last_entry: Option<u64>,
     /// Entries in the active segment's index file.
     index_count: u64,
+    /// Length of the active segment file: zeros are written ahead of the records so that
+    /// a sync after an append only flushes data, not a size change (see `flush`).
+    allocated: u64,
     buf: Vec<u8>,
     index_buf: Vec<u8>,
     poison: Poison,
@@ -144,6 +150,7 @@ impl TopicLog {
             .cloned()
             .ok_or_else(|| Error::corrupt(dir, "log has no segment after open (internal error)"))?;
         let index_file = fs.open_or_create(&active.index_path)?;
+        let allocated = active.file.len()?;
         let entries = active.index(interval)?;
         let last_entry = entries.last().map(|e| e.position);
         Ok(TopicLog {
@@ -162,6 +169,7 @@ impl TopicLog {
             index_file,
             last_entry,
             index_count: entries.len() as u64,
+            allocated,
             buf: Vec::new(),
             index_buf: Vec::new(),
             poison,
@@ -239,6 +247,15 @@ impl TopicLog {
             return Ok(());
         }
         let at = self.active.end();
+        let need = at + self.buf.len() as u64;
+        if need > self.allocated
+            && let Err(e) = self.preallocate(need)
+        {
+            let _ = self.poison.set(format!("write failed: {e}"));
+            self.buf.clear();
+            self.index_buf.clear();
+            return Err(e);
+        }
         if let Err(e) = self.active.file.write_all_at(&self.buf, at) {
             let _ = self.poison.set(format!("write failed: {e}"));
             self.buf.clear();
@@ -263,9 +280,30 @@ impl TopicLog {
         Ok(())
     }
 
-    /// Seals the active segment (synced, index footer written) and starts a new one.
+    /// Extends the active segment with zeros past `need` (up to the segment size). An
+    /// in-place overwrite + `fdatasync` skips the metadata journal commit that an append
+    /// + `fdatasync` pays (measured on ext4: see README, Performance). Recovery treats a
+    /// zero tail as free space, not damage.
+    fn preallocate(&mut self, need: u64) -> Result<()> {
+        let target = need
+            .max((need + PREALLOCATE_BYTES).min(self.cfg.segment_bytes))
+            .max(self.allocated);
+        let zeros = vec![0u8; PREALLOCATE_BYTES as usize];
+        let mut at = self.allocated;
+        while at < target {
+            let n = (target - at).min(PREALLOCATE_BYTES) as usize;
+            self.active.file.write_all_at(&zeros[..n], at)?;
+            at += n as u64;
+        }
+        self.allocated = target;
+        Ok(())
+    }
+
+    /// Seals the active segment (trimmed to its records, synced, index footer written)
+    /// and starts a new one.
     fn roll(&mut self, now_ms: u64) -> Result<()> {
-        self.active.sync()?;
+        self.active.file.set_len(self.active.end())?;
+        self.active.sync_all()?;
         let s = self.active.summary();
         let entries = self.active.index(self.cfg.index_interval_bytes)?;
         segment::write_sealed_index(&self.fs, &self.active.index_path, &entries, &s)?;
@@ -287,6 +325,7 @@ impl TopicLog {
         self.index_file = self.fs.open_or_create(&seg.index_path)?;
         self.last_entry = None;
         self.index_count = 0;
+        self.allocated = SEGMENT_HEADER_LEN as u64;
         write_lock(&self.reader.segments).push(seg.clone());
         self.active = seg;
         Ok(())

@@ -99,6 +99,16 @@ impl Segment {
         Ok(())
     }
 
+    /// Syncs unconditionally (after a resize, which `sync` would not see as new data).
+    pub fn sync_all(&self) -> Result<()> {
+        let end = self.end();
+        self.file.sync_data().inspect_err(|e| {
+            let _ = self.poison.set(format!("sync failed: {e}"));
+        })?;
+        self.synced.fetch_max(end, Ordering::AcqRel);
+        Ok(())
+    }
+
     /// Whether the bytes below `end` are already durable.
     pub fn is_synced_to(&self, end: u64) -> bool {
         self.synced.load(Ordering::Acquire) >= end
@@ -266,7 +276,9 @@ impl Segment {
             None => ScanStart::header(base),
         };
         let mut scan = scan(&file, base, start, len, interval, max_body, |_| {})?;
-        if let Some(why) = scan.stop {
+        if let Some(why) = scan.stop
+            && !is_zero(&file, scan.end, len)?
+        {
             tracing::warn!(
                 segment = %path.display(),
                 valid_bytes = scan.end,
@@ -553,6 +565,24 @@ fn check_header(file: &DataFile, base: u64) -> Result<()> {
     Ok(())
 }
 
+/// Whether `[from, to)` of the file holds only zeros: space the writer preallocated after
+/// the last record, not damage.
+fn is_zero(file: &DataFile, from: u64, to: u64) -> Result<bool> {
+    let mut at = from;
+    let mut buf = vec![0u8; SCAN_CHUNK_BYTES];
+    while at < to {
+        let n = file.read_at(&mut buf[..SCAN_CHUNK_BYTES.min((to - at) as usize)], at)?;
+        if n == 0 {
+            break;
+        }
+        if buf[..n].iter().any(|&b| b != 0) {
+            return Ok(false);
+        }
+        at += n as u64;
+    }
+    Ok(true)
+}
+
 fn read_chunk(file: &DataFile, pos: u64, len: usize) -> Result<Bytes> {
     let mut buf = BytesMut::zeroed(len);
     let n = file.read_at(&mut buf, pos)?;
@@ -774,11 +804,16 @@ pub(crate) fn scan(
         while cur < chunk.len() {
             match record::decode(&chunk.slice(cur..), max_body) {
                 Frame::Complete { record, len: n } => {
+                    // Stop *at* this record: the ones before it in the chunk are counted
+                    // in `next`, so `end` must keep them (a truncation to the chunk start
+                    // would lose them while `next` still claimed them).
                     if record.offset != r.next {
+                        r.end += cur as u64;
                         r.stop = Some("record offset out of sequence");
                         return Ok(r);
                     }
                     if record.timestamp_ms < r.last_ts {
+                        r.end += cur as u64;
                         r.stop = Some("record timestamp goes backwards");
                         return Ok(r);
                     }
