@@ -281,9 +281,9 @@ impl TopicLog {
     }
 
     /// Extends the active segment with zeros past `need` (up to the segment size). An
-    /// in-place overwrite + `fdatasync` skips the metadata journal commit that an append
-    /// + `fdatasync` pays (measured on ext4: see README, Performance). Recovery treats a
-    /// zero tail as free space, not damage.
+    /// in-place overwrite with `fdatasync` skips the metadata journal commit that an
+    /// append with `fdatasync` pays (measured on ext4: see README, Performance).
+    /// Recovery treats a zero tail as free space, not damage.
     fn preallocate(&mut self, need: u64) -> Result<()> {
         let target = need
             .max((need + PREALLOCATE_BYTES).min(self.cfg.segment_bytes))
