@@ -604,6 +604,9 @@ fn main() {
     r.run("raw append+fdatasync 1KiB", || {
         raw_append(n(2_000), 1024, true)
     });
+    r.run("raw overwrite+fdatasync 1KiB (preallocated)", || {
+        raw_overwrite_fsync(n(2_000), 1024)
+    });
     r.run("sqlite batch1000 100B (sync=NORMAL)", || {
         sqlite_insert(n(500_000), 100, 1000, "NORMAL")
     });
