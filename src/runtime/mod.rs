@@ -9,7 +9,7 @@ mod syncer;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering, fence};
-use std::sync::{Arc, Condvar, Mutex, RwLock, Weak};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -51,8 +51,10 @@ impl std::fmt::Debug for Spool {
 }
 
 struct Inner {
-    /// `None` once closed. Calls clone the `Arc` for their duration.
-    engine: RwLock<Option<Arc<Engine>>>,
+    /// `None` once closed. Calls clone the `Arc` for their duration. Shared with the
+    /// ticker thread, which never holds the `Inner` itself: so the last handle's drop runs
+    /// here, joins the ticker and releases the directory before it returns.
+    engine: Arc<RwLock<Option<Arc<Engine>>>>,
     /// Woken on every publish to a topic and every change that frees a delivery.
     notify: Mutex<HashMap<String, Arc<Wakeup>>>,
     syncer: Syncer,
@@ -62,7 +64,7 @@ struct Inner {
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        self.ticker.stop(false);
+        self.ticker.stop(true);
         let engine = self
             .engine
             .write()
@@ -100,13 +102,13 @@ impl Spool {
         let tick = tick_interval(&options);
         let engine = Arc::new(Engine::open(fs, options, now_ms())?);
         let inner = Arc::new(Inner {
-            engine: RwLock::new(Some(engine)),
+            engine: Arc::new(RwLock::new(Some(engine))),
             notify: Mutex::new(HashMap::new()),
             syncer: Syncer::start()?,
             ticker: Ticker::default(),
             sync,
         });
-        inner.ticker.start(Arc::downgrade(&inner), tick)?;
+        inner.ticker.start(inner.engine.clone(), tick)?;
         Ok(Spool { inner })
     }
 
@@ -342,11 +344,11 @@ struct Ticker {
 }
 
 impl Ticker {
-    fn start(&self, inner: Weak<Inner>, tick: Duration) -> Result<()> {
+    fn start(&self, engine: Arc<RwLock<Option<Arc<Engine>>>>, tick: Duration) -> Result<()> {
         let stop = self.stop.clone();
         let t = std::thread::Builder::new()
             .name("spool-ticker".into())
-            .spawn(move || ticker_loop(inner, stop, tick))
+            .spawn(move || ticker_loop(engine, stop, tick))
             .map_err(|e| Error::io("starting the background thread", e))?;
         *self.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(t);
         Ok(())
@@ -366,7 +368,11 @@ impl Ticker {
     }
 }
 
-fn ticker_loop(inner: Weak<Inner>, stop: Arc<(Mutex<bool>, Condvar)>, tick: Duration) {
+fn ticker_loop(
+    slot: Arc<RwLock<Option<Arc<Engine>>>>,
+    stop: Arc<(Mutex<bool>, Condvar)>,
+    tick: Duration,
+) {
     let mut last_commit = std::time::Instant::now();
     let mut last_retention = std::time::Instant::now();
     let mut last_sync = std::time::Instant::now();
@@ -381,13 +387,7 @@ fn ticker_loop(inner: Weak<Inner>, stop: Arc<(Mutex<bool>, Condvar)>, tick: Dura
                 return;
             }
         }
-        let Some(inner) = inner.upgrade() else { return };
-        let Some(engine) = inner
-            .engine
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-        else {
+        let Some(engine) = slot.read().unwrap_or_else(|e| e.into_inner()).clone() else {
             return;
         };
         let o = engine.options();
@@ -413,6 +413,5 @@ fn ticker_loop(inner: Weak<Inner>, stop: Arc<(Mutex<bool>, Condvar)>, tick: Dura
             }
         }
         drop(engine);
-        drop(inner);
     }
 }

@@ -1,0 +1,731 @@
+//! Guards recovery on open: nothing acknowledged under `Sync=Always` is lost when the
+//! process is killed (SIGKILL of a child process), a torn or bit-flipped tail of the active
+//! segment is cut back to the last valid record and publishing continues densely from
+//! there, index files are caches rebuilt when missing or damaged, and damage inside a
+//! sealed segment is `Error::Corrupt` on read, never a bad record.
+
+mod common_core;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use common_core::{
+    copy_dir, fetch_all, open, payload, segment_files, tiny_segments, topic_dir, with_id,
+};
+use spool::{Error, Headers, Options, Spool};
+
+const PAYLOAD: usize = 100;
+/// Frame of a record with no headers and a `PAYLOAD`-byte payload.
+const FRAME: u64 = 28 + 1 + PAYLOAD as u64;
+
+/// A closed data directory holding `n` records (payload `payload(i, PAYLOAD)`, no headers)
+/// in topic `t`.
+async fn prepared(dir: &Path, opts: &Options, n: u64) {
+    let mq = open(&Options {
+        data_source: dir.to_owned(),
+        ..opts.clone()
+    });
+    for i in 0..n {
+        assert_eq!(
+            mq.publish("t", payload(i, PAYLOAD), &Headers::new())
+                .await
+                .expect("publish"),
+            i
+        );
+    }
+    mq.close().await.expect("close");
+}
+
+/// The records of `t` are exactly `0..n` as `prepared` wrote them.
+async fn assert_prefix(mq: &Spool, n: u64, ctx: &str) {
+    let records = fetch_all(mq, "t").await;
+    assert_eq!(records.len() as u64, n, "{ctx}: records kept");
+    for (i, r) in records.iter().enumerate() {
+        assert_eq!(r.offset(), i as u64, "{ctx}");
+        assert_eq!(
+            &r.payload()[..],
+            &payload(i as u64, PAYLOAD)[..],
+            "{ctx}: payload {i}"
+        );
+    }
+    let info = mq.topic_info("t").expect("info");
+    assert_eq!((info.earliest, info.next), (0, n), "{ctx}");
+}
+
+/// Reopens a damaged copy, checks that `kept` records survive, that the next publish gets
+/// offset `kept`, and that a further reopen agrees.
+async fn assert_recovers_to(dir: &Path, opts: &Options, kept: u64, ctx: &str) {
+    let opts = Options {
+        data_source: dir.to_owned(),
+        ..opts.clone()
+    };
+    let mq = open(&opts);
+    assert_prefix(&mq, kept, ctx).await;
+    assert_eq!(
+        mq.publish("t", payload(kept, PAYLOAD), &Headers::new())
+            .await
+            .expect("publish"),
+        kept,
+        "{ctx}: publishing continues densely from the last valid record"
+    );
+    mq.close().await.expect("close");
+    let mq = open(&opts);
+    assert_prefix(&mq, kept + 1, &format!("{ctx}, reopened")).await;
+    mq.close().await.expect("close");
+}
+
+fn last_segment(dir: &Path) -> PathBuf {
+    segment_files(dir, "t").pop().expect("a segment")
+}
+
+/// Where the records of the active segment end when it holds offsets up to `n` (all
+/// records are `FRAME` bytes). The file itself may be longer: the writer preallocates
+/// zeros ahead of its records.
+fn active_data_end(dir: &Path, n: u64) -> u64 {
+    let base = common_core::base_of(&last_segment(dir));
+    32 + (n - base) * FRAME
+}
+
+fn set_len(path: &Path, len: u64) {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .expect("open segment")
+        .set_len(len)
+        .expect("truncate");
+}
+
+fn flip_byte(path: &Path, at: u64) {
+    let mut bytes = std::fs::read(path).expect("read");
+    bytes[at as usize] ^= 0x5A;
+    std::fs::write(path, bytes).expect("write");
+}
+
+#[tokio::test]
+async fn reopen_after_a_clean_close_keeps_everything() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let opts = tiny_segments(tmp.path(), 1024);
+    prepared(tmp.path(), &opts, 40).await;
+    let mq = open(&opts);
+    assert_prefix(&mq, 40, "clean").await;
+    assert!(mq.topic_info("t").expect("info").segments > 3);
+    mq.close().await.expect("close");
+    assert_recovers_to(tmp.path(), &opts, 40, "clean").await;
+}
+
+#[tokio::test]
+async fn a_truncated_tail_is_cut_back_to_the_last_whole_record() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    for (label, segment_bytes) in [("one segment", 1u64 << 20), ("many segments", 1024)] {
+        let opts = Options {
+            index_interval_bytes: 200,
+            ..tiny_segments(tmp.path(), segment_bytes)
+        };
+        let template = tmp.path().join(format!("template-{segment_bytes}"));
+        prepared(&template, &opts, 30).await;
+        let len = active_data_end(&template, 30);
+        let last_start = len - FRAME;
+        let cuts = [
+            (len, 30), // only the preallocated zeros go
+            (len - 1, 29),
+            (len - FRAME / 2, 29),
+            (last_start + 8, 29),
+            (last_start + 1, 29),
+            (last_start, 29),
+            (last_start - 1, 28),
+        ];
+        for (i, (cut, kept)) in cuts.into_iter().enumerate() {
+            let dir = tmp.path().join(format!("cut-{segment_bytes}-{i}"));
+            copy_dir(&template, &dir);
+            set_len(&last_segment(&dir), cut);
+            let ctx = format!("{label}: cut at byte {cut} of {len}");
+            assert_recovers_to(&dir, &opts, kept, &ctx).await;
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_bit_flipped_tail_record_is_dropped() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let opts = Options {
+        index_interval_bytes: 1, // an index entry points at the damaged record itself
+        ..tiny_segments(tmp.path(), 1 << 20)
+    };
+    let template = tmp.path().join("template");
+    prepared(&template, &opts, 30).await;
+    let len = active_data_end(&template, 30);
+    let last_start = len - FRAME;
+    // Every byte of the frame header and body fields, then a sample of the payload.
+    let mut positions: Vec<u64> = (0..29).map(|b| last_start + b).collect();
+    positions.extend((29..FRAME).step_by(9).map(|b| last_start + b));
+    positions.push(len - 1);
+    for at in positions {
+        let dir = tmp.path().join(format!("flip-{at}"));
+        copy_dir(&template, &dir);
+        flip_byte(&last_segment(&dir), at);
+        let ctx = format!("byte {} of the last record flipped", at - last_start);
+        assert_recovers_to(&dir, &opts, 29, &ctx).await;
+    }
+}
+
+/// The writer preallocates zeros after its records: a last record that never reached the
+/// disk reads back as zeros (free space), and junk after the last record is cut away.
+#[tokio::test]
+async fn zeros_and_junk_after_the_last_record_are_not_records() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let opts = tiny_segments(tmp.path(), 1 << 20);
+    let template = tmp.path().join("template");
+    prepared(&template, &opts, 30).await;
+    let end = active_data_end(&template, 30);
+    let seg_len = std::fs::metadata(last_segment(&template))
+        .expect("meta")
+        .len();
+    type Damage = fn(&mut Vec<u8>, usize);
+    let cases: [(&str, Damage, u64); 4] = [
+        (
+            "last record zeroed",
+            |b, end| b[end - FRAME as usize..end].fill(0),
+            29,
+        ),
+        (
+            "last two records zeroed",
+            |b, end| b[end - 2 * FRAME as usize..end].fill(0),
+            28,
+        ),
+        (
+            "junk right after the records",
+            |b, end| b[end..end + 40].fill(0xAB),
+            30,
+        ),
+        (
+            "zeroed tail of the last record",
+            |b, end| b[end - 10..end].fill(0),
+            29,
+        ),
+    ];
+    for (label, damage, kept) in cases {
+        let dir = tmp.path().join(label.replace(' ', "-"));
+        copy_dir(&template, &dir);
+        let seg = last_segment(&dir);
+        let mut bytes = std::fs::read(&seg).expect("read");
+        if bytes.len() < end as usize + 40 {
+            bytes.resize(end as usize + 40, 0);
+        }
+        damage(&mut bytes, end as usize);
+        std::fs::write(&seg, bytes).expect("write");
+        assert_recovers_to(
+            &dir,
+            &opts,
+            kept,
+            &format!("{label} (file of {seg_len} bytes)"),
+        )
+        .await;
+    }
+}
+
+#[tokio::test]
+async fn damage_inside_the_active_segment_keeps_the_valid_prefix() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let opts = tiny_segments(tmp.path(), 1 << 20);
+    let template = tmp.path().join("template");
+    prepared(&template, &opts, 30).await;
+    // Record 10's payload: the log can no longer be trusted after it, so the prefix
+    // 0..10 is what a reopen finds (never a gap, never a record failing its checksum).
+    let dir = tmp.path().join("mid");
+    copy_dir(&template, &dir);
+    flip_byte(&last_segment(&dir), 32 + 10 * FRAME + 50);
+    assert_recovers_to(&dir, &opts, 10, "record 10 damaged").await;
+}
+
+#[tokio::test]
+async fn a_torn_new_segment_is_discarded() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let opts = tiny_segments(tmp.path(), 1024);
+    let template = tmp.path().join("template");
+    prepared(&template, &opts, 20).await;
+    for (i, junk) in [&b""[..], b"SPL", &[0u8; 31]].into_iter().enumerate() {
+        let dir = tmp.path().join(format!("torn-{i}"));
+        copy_dir(&template, &dir);
+        // The process died while creating the next segment: its header is incomplete.
+        std::fs::write(topic_dir(&dir, "t").join(format!("{:020}.log", 20)), junk).expect("write");
+        assert_recovers_to(
+            &dir,
+            &opts,
+            20,
+            &format!("torn segment of {} bytes", junk.len()),
+        )
+        .await;
+    }
+}
+
+fn rewrite_indexes(dir: &Path, f: impl Fn(&Path, Vec<u8>) -> Option<Vec<u8>>) -> usize {
+    let mut n = 0;
+    for entry in std::fs::read_dir(topic_dir(dir, "t")).expect("dir") {
+        let p = entry.expect("entry").path();
+        if p.extension().is_some_and(|e| e == "idx") {
+            let old = std::fs::read(&p).expect("read idx");
+            match f(&p, old) {
+                Some(new) => std::fs::write(&p, new).expect("write idx"),
+                None => std::fs::remove_file(&p).expect("remove idx"),
+            }
+            n += 1;
+        }
+    }
+    n
+}
+
+#[tokio::test]
+async fn missing_or_garbage_index_files_are_rebuilt() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let opts = Options {
+        index_interval_bytes: 300,
+        ..tiny_segments(tmp.path(), 1024)
+    };
+    let template = tmp.path().join("template");
+    prepared(&template, &opts, 40).await;
+    type Damage = fn(&Path, Vec<u8>) -> Option<Vec<u8>>;
+    let damages: [(&str, Damage); 6] = [
+        ("deleted", |_, _| None),
+        ("emptied", |_, _| Some(Vec::new())),
+        ("truncated", |_, b| Some(b[..b.len() / 2].to_vec())),
+        ("random bytes", |p, b| {
+            let seed = p.to_string_lossy().len() as u64;
+            Some(payload(seed, b.len().max(64)))
+        }),
+        ("0xFF", |_, b| Some(vec![0xFF; b.len() + 96])),
+        ("swapped", |_, b| {
+            let mut b = b;
+            b.reverse();
+            Some(b)
+        }),
+    ];
+    for (label, damage) in damages {
+        let dir = tmp.path().join(label.replace(' ', "-"));
+        copy_dir(&template, &dir);
+        assert!(rewrite_indexes(&dir, damage) > 3, "{label}");
+        let o = Options {
+            data_source: dir.clone(),
+            ..opts.clone()
+        };
+        let mq = open(&o);
+        assert_prefix(&mq, 40, label).await;
+        for from in 0..40u64 {
+            let got = mq.fetch("t", from, 2).await.expect("fetch");
+            assert_eq!(got[0].offset(), from, "{label}: read from {from}");
+        }
+        mq.close().await.expect("close");
+        assert_recovers_to(&dir, &opts, 40, label).await;
+    }
+}
+
+fn index_path(dir: &Path, base: u64) -> PathBuf {
+    topic_dir(dir, "t").join(format!("{base:020}.idx"))
+}
+
+/// Regression: open trusted a sealed index's footer without checking it, so one damaged
+/// byte in it (the index is a cache and is never synced) could make the instance refuse
+/// to open ("gap in the log") or silently break de-duplication (a wrong id count). Every
+/// single-byte change to a sealed index (entries and footer) must leave the log whole,
+/// readable from every offset, and de-duplicating.
+#[tokio::test]
+async fn any_single_byte_damage_to_a_sealed_index_is_harmless() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let opts = Options {
+        index_interval_bytes: 300,
+        ..tiny_segments(tmp.path(), 1024)
+    };
+    let template = tmp.path().join("template");
+    {
+        let mq = open(&Options {
+            data_source: template.clone(),
+            ..opts.clone()
+        });
+        for i in 0..24u64 {
+            mq.publish("t", payload(i, PAYLOAD), &with_id(&format!("id-{i}")))
+                .await
+                .expect("publish");
+        }
+        mq.close().await.expect("close");
+    }
+    let len = std::fs::metadata(index_path(&template, 0))
+        .expect("sealed index")
+        .len();
+    for at in 0..len {
+        let dir = tmp.path().join(format!("idx-{at}"));
+        copy_dir(&template, &dir);
+        flip_byte(&index_path(&dir, 0), at);
+        let o = Options {
+            data_source: dir.clone(),
+            ..opts.clone()
+        };
+        let mq = Spool::open_with(o).unwrap_or_else(|e| panic!("index byte {at} flipped: {e}"));
+        let info = mq.topic_info("t").expect("info");
+        assert_eq!(
+            (info.earliest, info.next),
+            (0, 24),
+            "index byte {at} flipped"
+        );
+        for from in 0..24u64 {
+            let got = mq.fetch("t", from, 1).await.expect("fetch");
+            assert_eq!(got[0].offset(), from, "index byte {at}: read from {from}");
+            assert_eq!(&got[0].payload()[..], &payload(from, PAYLOAD)[..]);
+        }
+        for i in [0u64, 2, 5, 23] {
+            assert_eq!(
+                mq.publish("t", b"retry".to_vec(), &with_id(&format!("id-{i}")))
+                    .await
+                    .expect("retry"),
+                i,
+                "index byte {at} flipped: id-{i} must still hit"
+            );
+        }
+        mq.close().await.expect("close");
+        std::fs::remove_dir_all(&dir).expect("cleanup");
+    }
+}
+
+/// Recovery reads only the tail: a clean reopen neither scans nor rewrites the indexes of
+/// sealed segments (the damage tests above rely on the check being cheap, not absent).
+#[tokio::test]
+async fn a_clean_reopen_keeps_sealed_indexes_as_they_are() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let opts = Options {
+        index_interval_bytes: 300,
+        ..tiny_segments(tmp.path(), 1024)
+    };
+    prepared(tmp.path(), &opts, 40).await;
+    let files = segment_files(tmp.path(), "t");
+    let sealed: Vec<u64> = files[..files.len() - 1]
+        .iter()
+        .map(|f| common_core::base_of(f))
+        .collect();
+    assert!(sealed.len() > 3);
+    let marker = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000);
+    for &b in &sealed {
+        std::fs::File::options()
+            .write(true)
+            .open(index_path(tmp.path(), b))
+            .expect("open idx")
+            .set_modified(marker)
+            .expect("set mtime");
+    }
+    let mq = open(&opts);
+    assert_prefix(&mq, 40, "clean reopen").await;
+    mq.close().await.expect("close");
+    for &b in &sealed {
+        let m = std::fs::metadata(index_path(tmp.path(), b))
+            .expect("idx")
+            .modified()
+            .expect("mtime");
+        assert_eq!(m, marker, "the index of sealed segment {b} was rewritten");
+    }
+}
+
+#[tokio::test]
+async fn damage_inside_a_sealed_segment_is_corrupt_on_read_never_a_bad_record() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let opts = tiny_segments(tmp.path(), 1024);
+    prepared(tmp.path(), &opts, 40).await;
+    let files = segment_files(tmp.path(), "t");
+    let first = files[0].clone();
+    let second = common_core::base_of(&files[1]);
+    assert!(second > 4);
+    // Record 3 of the first (sealed) segment.
+    flip_byte(&first, 32 + 3 * FRAME + 60);
+    let mq = open(&opts);
+    let info = mq.topic_info("t").expect("info");
+    assert_eq!(
+        (info.earliest, info.next),
+        (0, 40),
+        "open reads only footers and the tail"
+    );
+    let mut corrupt = 0;
+    for from in 0..40u64 {
+        for max in [1usize, 5, 100] {
+            match mq.fetch("t", from, max).await {
+                Ok(records) => {
+                    for r in &records {
+                        assert_ne!(r.offset(), 3, "the damaged record is never returned");
+                        assert_eq!(&r.payload()[..], &payload(r.offset(), PAYLOAD)[..]);
+                    }
+                    assert!(
+                        records.len() == max.min(40 - from as usize),
+                        "from {from} max {max}: a short read must be an error, not a silent skip"
+                    );
+                    assert!(
+                        from > 3 || from + (records.len() as u64) <= 3,
+                        "from {from} max {max}"
+                    );
+                }
+                Err(Error::Corrupt { .. }) => {
+                    // A read scans the damaged segment from an index entry, so reads
+                    // starting anywhere in it may fail; later segments never do.
+                    assert!(from < second, "from {from}: only the damaged segment fails");
+                    corrupt += 1;
+                }
+                Err(e) => panic!("from {from} max {max}: unexpected {e}"),
+            }
+        }
+    }
+    assert!(corrupt > 0, "the damage was reported");
+    // The rest of the log and new publishes are unaffected.
+    assert_eq!(
+        mq.publish("t", payload(40, PAYLOAD), &Headers::new())
+            .await
+            .expect("publish"),
+        40
+    );
+    mq.close().await.expect("close");
+}
+
+/// Regression: records are read back with the limits they were written under, not the
+/// current options. Reopening with a lower `Max Message Bytes` used to make recovery take
+/// the larger records for damage and truncate the active segment to nothing.
+#[tokio::test]
+async fn reopen_with_a_lower_message_limit_keeps_larger_records() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let opts = tiny_segments(tmp.path(), 1 << 20);
+    let big = 100_000; // larger than the lowered payload and header limits together
+    let mq = open(&opts);
+    for i in 0..12u64 {
+        mq.publish("t", payload(i, big), &with_id(&format!("id-{i}")))
+            .await
+            .expect("publish");
+    }
+    mq.close().await.expect("close");
+    assert!(
+        segment_files(tmp.path(), "t").len() > 1,
+        "sealed and active segments"
+    );
+    let low = Options {
+        max_message_bytes: 1000,
+        max_header_bytes: 100,
+        ..opts.clone()
+    };
+    let mq = open(&low);
+    assert_eq!(
+        mq.topic_info("t").expect("info").next,
+        12,
+        "nothing was truncated"
+    );
+    let records = fetch_all(&mq, "t").await;
+    assert_eq!(records.len(), 12);
+    assert_eq!(
+        mq.publish("t", b"x".to_vec(), &with_id("id-11"))
+            .await
+            .expect("hit"),
+        11
+    );
+    let r = mq.publish("t", payload(0, 1001), &Headers::new()).await;
+    assert!(matches!(r, Err(Error::MessageTooLarge { .. })), "{r:?}");
+    mq.close().await.expect("close");
+    let mq = open(&opts);
+    let records = fetch_all(&mq, "t").await;
+    assert_eq!(records.len(), 12);
+    for (i, r) in records.iter().enumerate() {
+        assert_eq!(&r.payload()[..], &payload(i as u64, big)[..]);
+    }
+    mq.close().await.expect("close");
+}
+
+// ---- reopen after SIGKILL ---------------------------------------------------------------
+
+const KILL_DIR_ENV: &str = "SPOOL_TEST_KILL_CHILD_DIR";
+const KILL_ROUND_ENV: &str = "SPOOL_TEST_KILL_CHILD_ROUND";
+const KILL_CHILD_TEST: &str = "child_process_publishes_until_killed";
+const KILL_PAYLOAD: usize = 150;
+
+/// Not a test of its own: runs only inside the child spawned by
+/// `reopen_after_sigkill_loses_no_acknowledged_publish`. Publishes (single messages from
+/// one task, batches from another) under `Sync=Always` with small segments and prints
+/// `ACK <offset> <seed>` for every offset a call returned, until it is killed.
+#[test]
+fn child_process_publishes_until_killed() {
+    let (Ok(dir), Ok(round)) = (std::env::var(KILL_DIR_ENV), std::env::var(KILL_ROUND_ENV)) else {
+        return;
+    };
+    let round: u64 = round.parse().expect("round");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async move {
+        let mq = Spool::open(&format!(
+            "Data Source={dir};Sync=Always;Segment Bytes=2048;Index Interval Bytes=256"
+        ))
+        .expect("child open");
+        let out = std::sync::Arc::new(std::sync::Mutex::new(()));
+        let ack = move |offset: u64, seed: u64| {
+            let _guard = out.lock().expect("stdout lock");
+            let mut o = std::io::stdout().lock();
+            writeln!(o, "\nACK {offset} {seed}").expect("stdout");
+            o.flush().expect("flush");
+        };
+        let singles = {
+            let mq = mq.clone();
+            let ack = ack.clone();
+            tokio::spawn(async move {
+                for i in 0.. {
+                    let seed = round * 10_000_000 + i;
+                    let o = mq
+                        .publish(
+                            "k",
+                            payload(seed, KILL_PAYLOAD),
+                            &with_id(&seed.to_string()),
+                        )
+                        .await
+                        .expect("publish");
+                    ack(o, seed);
+                }
+            })
+        };
+        let batches = tokio::spawn(async move {
+            for i in 0.. {
+                let seeds: Vec<u64> = (0..5)
+                    .map(|j| round * 10_000_000 + 5_000_000 + i * 5 + j)
+                    .collect();
+                let batch = seeds
+                    .iter()
+                    .map(|s| (payload(*s, KILL_PAYLOAD), with_id(&s.to_string())))
+                    .collect();
+                let offsets = mq.publish_batch("k", batch).await.expect("batch");
+                for (o, s) in offsets.into_iter().zip(seeds) {
+                    ack(o, s);
+                }
+            }
+        });
+        let _ = tokio::join!(singles, batches);
+    });
+}
+
+/// Runs one child until it acknowledged `acks` offsets, kills it with SIGKILL and returns
+/// offset -> seed of every acknowledged publish.
+fn run_child_and_kill(dir: &Path, round: u64, acks: usize) -> BTreeMap<u64, u64> {
+    let mut child = Command::new(std::env::current_exe().expect("current exe"))
+        .args([
+            KILL_CHILD_TEST,
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(KILL_DIR_ENV, dir)
+        .env(KILL_ROUND_ENV, round.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn child");
+    let stdout = child.stdout.take().expect("child stdout");
+    let mut acked = BTreeMap::new();
+    for line in BufReader::new(stdout).lines() {
+        let line = line.expect("child output");
+        if let Some(rest) = line.strip_prefix("ACK ") {
+            let mut it = rest.split(' ');
+            let o: u64 = it.next().and_then(|s| s.parse().ok()).expect("offset");
+            let s: u64 = it.next().and_then(|s| s.parse().ok()).expect("seed");
+            assert!(
+                acked.insert(o, s).is_none(),
+                "offset {o} acknowledged twice"
+            );
+            if acked.len() >= acks {
+                break;
+            }
+        }
+    }
+    child.kill().expect("SIGKILL the child"); // `kill` is SIGKILL on Unix.
+    let status = child.wait().expect("wait for the child");
+    assert!(
+        !status.success(),
+        "the child was killed, it did not finish: {status:?}"
+    );
+    assert!(
+        acked.len() >= acks,
+        "the child stopped early after {} acks",
+        acked.len()
+    );
+    acked
+}
+
+#[tokio::test]
+async fn reopen_after_sigkill_loses_no_acknowledged_publish() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut all_acked: BTreeMap<u64, u64> = BTreeMap::new();
+    for round in 1..=3u64 {
+        let acked = run_child_and_kill(tmp.path(), round, 150);
+        let max_acked = *acked.keys().last().expect("acks");
+        all_acked.extend(acked);
+
+        let mq = Spool::open(&format!(
+            "Data Source={};Segment Bytes=2048",
+            tmp.path().display()
+        ))
+        .expect("reopen after kill");
+        let records = fetch_all(&mq, "k").await;
+        let info = mq.topic_info("k").expect("info");
+        assert_eq!(info.earliest, 0);
+        assert!(
+            info.next > max_acked,
+            "round {round}: log ends at {} but {max_acked} was acknowledged",
+            info.next
+        );
+        assert_eq!(
+            records.len() as u64,
+            info.next,
+            "round {round}: dense, no gap"
+        );
+        for (i, r) in records.iter().enumerate() {
+            assert_eq!(r.offset(), i as u64, "round {round}");
+            // Every record is one a publisher sent (acknowledged or not), intact.
+            let seed: u64 = r.headers()["message-id"].parse().expect("seed");
+            assert_eq!(
+                &r.payload()[..],
+                &payload(seed, KILL_PAYLOAD)[..],
+                "round {round}: offset {i}"
+            );
+        }
+        for (&o, &seed) in &all_acked {
+            let r = &records[o as usize];
+            assert_eq!(
+                r.headers()["message-id"],
+                seed.to_string(),
+                "round {round}: acknowledged offset {o} holds another message"
+            );
+        }
+        // A retry of an acknowledged publish after the crash is still de-duplicated.
+        let (&o, &seed) = all_acked.iter().next_back().expect("acks");
+        assert_eq!(
+            mq.publish("k", b"retry".to_vec(), &with_id(&seed.to_string()))
+                .await
+                .expect("retry"),
+            o
+        );
+        assert_eq!(mq.topic_info("k").expect("info").next, info.next);
+        mq.close().await.expect("close");
+    }
+}
+
+#[tokio::test]
+async fn an_unclean_stop_without_close_keeps_every_returned_publish() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    // In-process variant for every policy: drop without close (no clean-stop record).
+    for sync in ["Always", "None", "Interval:10"] {
+        let dir = tmp.path().join(sync.replace(':', "-"));
+        let conn = format!(
+            "Data Source={};Sync={sync};Segment Bytes=1024",
+            dir.display()
+        );
+        let mq = Spool::open(&conn).expect("open");
+        for i in 0..30u64 {
+            mq.publish("t", payload(i, PAYLOAD), &Headers::new())
+                .await
+                .expect("publish");
+        }
+        drop(mq);
+        let mq = Spool::open(&conn).expect("reopen");
+        assert_prefix(&mq, 30, sync).await;
+        mq.close().await.expect("close");
+    }
+}
