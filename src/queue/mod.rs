@@ -176,6 +176,14 @@ impl std::fmt::Debug for Topic {
 }
 
 impl Topic {
+    /// The groups of this topic, so that each can be locked without holding the map.
+    fn groups_snapshot(&self) -> Vec<(String, Arc<Mutex<Group>>)> {
+        lock(&self.groups)
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
     /// The segment that holds the newest records.
     pub fn active_segment(&self) -> Arc<Segment> {
         lock(&self.writer).log.active().clone()
@@ -957,11 +965,7 @@ impl Engine {
             let Some(dlq) = self.dead_letter_topic(&t.name) else {
                 continue;
             };
-            let groups: Vec<(String, Arc<Mutex<Group>>)> = lock(&t.groups)
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect();
-            for (name, g) in groups {
+            for (name, g) in t.groups_snapshot() {
                 let mut g = lock(&g);
                 let due: Vec<u64> = g
                     .attempts
@@ -1049,11 +1053,7 @@ impl Engine {
     pub fn commit_groups(&self, closing: bool) -> Result<()> {
         let mut ops = Vec::new();
         for t in self.all_topics() {
-            let groups: Vec<(String, Arc<Mutex<Group>>)> = lock(&t.groups)
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect();
-            for (name, g) in groups {
+            for (name, g) in t.groups_snapshot() {
                 let mut g = lock(&g);
                 if g.dirty || closing {
                     if closing {
