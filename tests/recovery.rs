@@ -729,3 +729,47 @@ async fn an_unclean_stop_without_close_keeps_every_returned_publish() {
         mq.close().await.expect("close");
     }
 }
+
+/// A damaged sealed segment that the de-duplication rebuild has to read does not keep
+/// the instance from opening: reads of the damaged range fail with `Corrupt`, the rest of
+/// the log reads back, and publishing goes on.
+#[tokio::test]
+async fn damage_in_a_sealed_segment_full_of_ids_does_not_block_open() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let opts = tiny_segments(tmp.path(), 1024);
+    {
+        let mq = open(&opts);
+        for i in 0..40u64 {
+            mq.publish(
+                "t",
+                payload(i, PAYLOAD),
+                &common_core::with_id(&format!("id-{i}")),
+            )
+            .await
+            .expect("publish");
+        }
+        mq.close().await.expect("close");
+    }
+    let files = segment_files(tmp.path(), "t");
+    assert!(files.len() > 2, "the ids span several segments");
+    let first = files[0].clone();
+    let second = common_core::base_of(&files[1]);
+    let len = std::fs::metadata(&first).expect("segment").len();
+    flip_byte(&first, len - 10);
+    let mq = open(&opts);
+    assert!(matches!(
+        mq.fetch("t", second - 1, 1).await,
+        Err(Error::Corrupt { .. })
+    ));
+    let later = mq
+        .fetch("t", second, 100)
+        .await
+        .expect("later segments read");
+    assert_eq!(later.first().map(|r| r.offset()), Some(second));
+    let o = mq
+        .publish("t", b"after".to_vec(), &common_core::with_id("new"))
+        .await
+        .expect("publish after open");
+    assert_eq!(o, 40);
+    mq.close().await.expect("close");
+}

@@ -1115,11 +1115,18 @@ fn rebuild_dedup(reader: &LogReader, dedup: &mut Dedup, window: usize) -> Result
         }
         let want = (window - have) as u64;
         let mut ids = Vec::new();
-        reader.visit_last_ids(&seg, want, |r| {
+        let visited = reader.visit_last_ids(&seg, want, |r| {
             if let Some(id) = r.headers.get(MESSAGE_ID_HEADER) {
                 ids.push((id.clone(), r.offset));
             }
-        })?;
+        });
+        if let Err(e) = visited {
+            // A damaged sealed segment fails its reads with `Corrupt`; it must not keep
+            // the whole instance from opening. Its ids (those read before the damage are
+            // kept) may be missed by de-duplication: say so.
+            tracing::error!(segment = %seg.path.display(), error = %e,
+                "de-duplication rebuild could not read a damaged segment; its message ids may not de-duplicate");
+        }
         let keep = ids.len().min(window - have);
         let ids = ids.split_off(ids.len() - keep);
         have += ids.len();
