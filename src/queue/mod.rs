@@ -475,6 +475,11 @@ impl Engine {
         let t = self.topic_or_create(topic, now_ms)?;
         let mut w = lock(&t.writer);
         let o = w.log.append(&[Append { payload, headers }], now_ms)?;
+        // Not looked up (two groups may dead-letter one message), but remembered, so the
+        // window is the same as the one a reopen rebuilds from the log.
+        if let Some(id) = headers.get(MESSAGE_ID_HEADER) {
+            w.dedup.insert(id, o);
+        }
         w.log.sync()?;
         Ok(o)
     }
