@@ -26,6 +26,10 @@ pub const DEFAULT_RETENTION_CHECK_MS: u64 = 1000;
 pub const MAX_MESSAGE_ID_BYTES: usize = 256;
 /// Topic and group names: 1..=249 characters.
 pub const MAX_NAME_LEN: usize = 249;
+/// Longer nack reasons are cut (at a character boundary) to this many UTF-8 bytes before
+/// they are stored or copied into `x-dead-letter-reason`: an unbounded reason could make
+/// the dead-letter copy larger than any reader accepts.
+pub const MAX_NACK_REASON_BYTES: usize = 64 * 1024;
 /// Upper bound for any millisecond setting (about 10 years) so `Duration` math cannot overflow.
 pub const MAX_MS: u64 = 10 * 365 * 24 * 3600 * 1000;
 

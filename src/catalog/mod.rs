@@ -66,6 +66,8 @@ pub struct AttemptRecord {
 /// `dlq_from` in the dead-letter topic.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeadLetterIntent {
+    /// The group's epoch when the intent was written (a reset makes it stale).
+    pub epoch: u64,
     pub dlq_topic: String,
     pub dlq_from: u64,
     pub attempts: u32,
@@ -174,6 +176,13 @@ impl Catalog {
             if let Some(dir) = path.parent() {
                 fs.sync_dir(dir)?;
             }
+        } else if fs.open(path)?.len()? == 0 {
+            // A catalog is only ever renamed into place whole, so an empty one was damaged
+            // from outside; redb would quietly start a new one and every cursor would be lost.
+            return Err(Error::corrupt(
+                path,
+                "the catalog file is empty (truncated from outside?); restore it from a backup",
+            ));
         }
         let db = open_db(fs, path)?;
         init(&db, path)?;
@@ -385,10 +394,22 @@ fn apply(db: &Database, jobs: &[Job]) -> Result<()> {
 }
 
 fn open_db(fs: &Fs, path: &Path) -> Result<Database> {
-    let db = if fs.is_real() {
-        Database::create(path)
-    } else {
-        redb::Builder::new().create_with_backend(FileStorage(fs.open_or_create_raw(path)?))
+    let deadline = std::time::Instant::now() + crate::io::LOCK_WAIT;
+    let db = loop {
+        let db = if fs.is_real() {
+            Database::create(path)
+        } else {
+            redb::Builder::new().create_with_backend(FileStorage(fs.open_or_create_raw(path)?))
+        };
+        // redb's file lock has the same fork window as the directory lock.
+        match db {
+            Err(redb::DatabaseError::DatabaseAlreadyOpen)
+                if std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            other => break other,
+        }
     };
     db.map_err(|e| match e {
         redb::DatabaseError::DatabaseAlreadyOpen => Error::Locked {

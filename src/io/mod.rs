@@ -282,6 +282,9 @@ impl Backend for RealFs {
     }
 }
 
+/// How long opening waits for a lock that another thread's fork may still hold.
+pub const LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis(250);
+
 /// An exclusive lock on `<dir>/LOCK`, held for the instance's life (released on drop).
 #[derive(Debug)]
 pub struct DirLock {
@@ -300,13 +303,23 @@ impl DirLock {
             .truncate(false)
             .open(&path)
             .ctx(|| format!("opening {}", path.display()))?;
-        match file.try_lock() {
-            Ok(()) => Ok(DirLock { _file: Some(file) }),
-            Err(std::fs::TryLockError::WouldBlock) => Err(Error::Locked {
-                path: dir.to_owned(),
-            }),
-            Err(std::fs::TryLockError::Error(e)) => {
-                Err(Error::io(format!("locking {}", path.display()), e))
+        // A child process forked by another thread holds a copy of a just-released lock's
+        // descriptor until it execs (milliseconds): retry briefly before saying Locked.
+        let deadline = std::time::Instant::now() + LOCK_WAIT;
+        loop {
+            match file.try_lock() {
+                Ok(()) => return Ok(DirLock { _file: Some(file) }),
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    if std::time::Instant::now() >= deadline {
+                        return Err(Error::Locked {
+                            path: dir.to_owned(),
+                        });
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(2));
+                }
+                Err(std::fs::TryLockError::Error(e)) => {
+                    return Err(Error::io(format!("locking {}", path.display()), e));
+                }
             }
         }
     }

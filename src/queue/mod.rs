@@ -24,7 +24,8 @@ use crate::io::{DirLock, Fs};
 use crate::log::segment::Segment;
 use crate::log::{Append, LogConfig, LogReader, LogStats, MESSAGE_ID_HEADER, TopicLog};
 use crate::options::{
-    MAX_HEADER_BYTES_LIMIT, MAX_MESSAGE_BYTES_LIMIT, MAX_MESSAGE_ID_BYTES, Options,
+    MAX_HEADER_BYTES_LIMIT, MAX_MESSAGE_BYTES_LIMIT, MAX_MESSAGE_ID_BYTES, MAX_NACK_REASON_BYTES,
+    Options,
 };
 use dedup::Dedup;
 use group::{Group, LEASE_RECORDS};
@@ -240,7 +241,11 @@ impl Engine {
         };
         let mut names: Vec<String> = engine.catalog.topics()?.into_keys().collect();
         for name in engine.fs.list_dir(&dir.join("topics"))? {
-            if names::check(&name).is_ok() && !names.contains(&name) {
+            // Only directories are topics: a stray file (`.DS_Store`, a note) is not ours.
+            if names::check(&name).is_ok()
+                && !names.contains(&name)
+                && engine.fs.is_dir(&dir.join("topics").join(&name)) == Some(true)
+            {
                 tracing::warn!(topic = %name, "topic directory not in the catalog; adopting it");
                 engine
                     .catalog
@@ -714,6 +719,7 @@ impl Engine {
 
     /// Low-level ack of the group's cursor.
     pub fn ack_cursor(&self, topic: &str, group: &str, offset: u64) -> Result<()> {
+        self.refuse_if_no_topic(topic, group, offset)?;
         let (t, g) = self.existing_group(topic, group)?;
         let mut g = lock(&g);
         self.clamp(&t, group, &mut g);
@@ -732,11 +738,29 @@ impl Engine {
         reason: &str,
         now_ms: u64,
     ) -> Result<NackOutcome> {
+        self.refuse_if_no_topic(topic, group, offset)?;
         let (t, g) = self.existing_group(topic, group)?;
         let mut g = lock(&g);
         self.clamp(&t, group, &mut g);
         self.take_cursor(&t, &mut g, offset)?;
         self.nack_taken(&t, group, &mut g, offset, reason, now_ms)
+    }
+
+    /// A low-level ack or nack of a topic that does not exist fails as it would on an empty
+    /// topic, without creating the topic as a side effect of a refused call.
+    fn refuse_if_no_topic(&self, topic: &str, group: &str, offset: u64) -> Result<()> {
+        names::check(topic)?;
+        names::check(group)?;
+        if self.topic(topic).is_some() {
+            return Ok(());
+        }
+        Err(match offset {
+            0 => Error::OffsetOutOfRange { offset, next: 0 },
+            _ => Error::NotAtCursor {
+                expected: 0,
+                actual: offset,
+            },
+        })
     }
 
     fn take_cursor(&self, t: &Topic, g: &mut Group, offset: u64) -> Result<()> {
@@ -776,6 +800,7 @@ impl Engine {
         reason: &str,
         now_ms: u64,
     ) -> Result<NackOutcome> {
+        let reason = bounded_reason(reason);
         let topic = t.name.as_str();
         let attempts = g.attempt_of(offset);
         let rec = AttemptRecord {
@@ -841,6 +866,7 @@ impl Engine {
         let a = g.attempts.get(&offset).cloned().unwrap_or_default();
         let dlq_t = self.topic_or_create(dlq, now_ms)?;
         let intent = DeadLetterIntent {
+            epoch: g.epoch,
             dlq_topic: dlq.to_owned(),
             dlq_from: dlq_t.reader.next(),
             attempts: a.attempts,
@@ -934,21 +960,24 @@ impl Engine {
                 }
                 None => false,
             };
-            let now = crate::runtime::now_ms();
-            if !found {
-                self.append_dead_letter_copy(
-                    &t,
-                    &group,
-                    offset,
-                    intent.attempts,
-                    &intent.reason,
-                    now,
-                    &intent.dlq_topic,
-                )?;
-            }
             let g = self.group(&t, &group)?;
             let mut g = lock(&g);
-            if offset >= g.cursor && !g.done_above.contains(&offset) {
+            // Finished since (acked after a failed dead-letter) or reset since: the intent is
+            // stale, and a copy now would be a copy of a message nobody gave up on.
+            let stale =
+                offset < g.cursor || g.done_above.contains(&offset) || intent.epoch != g.epoch;
+            if !stale {
+                if !found {
+                    self.append_dead_letter_copy(
+                        &t,
+                        &group,
+                        offset,
+                        intent.attempts,
+                        &intent.reason,
+                        crate::runtime::now_ms(),
+                        &intent.dlq_topic,
+                    )?;
+                }
                 g.materialize_to(offset);
                 g.redeliver.remove(&offset);
                 g.in_flight.remove(&offset);
@@ -958,7 +987,8 @@ impl Engine {
             let mut ops = self.group_ops(&topic, &group, &mut g);
             ops.push(Op::DeleteIntent(topic.clone(), group.clone(), offset));
             self.catalog.commit(&ops)?;
-            tracing::warn!(topic = %topic, group = %group, offset, copy_existed = found, "finished an interrupted dead-letter");
+            tracing::warn!(topic = %topic, group = %group, offset, copy_existed = found, stale,
+                "finished an interrupted dead-letter");
         }
         Ok(())
     }
@@ -1104,6 +1134,15 @@ impl Engine {
         self.commit_groups(true)?;
         self.catalog.commit(&[Op::SetClean(true)])
     }
+}
+
+/// `reason` cut to [`MAX_NACK_REASON_BYTES`] at a character boundary.
+fn bounded_reason(reason: &str) -> &str {
+    let mut end = reason.len().min(MAX_NACK_REASON_BYTES);
+    while !reason.is_char_boundary(end) {
+        end -= 1;
+    }
+    &reason[..end]
 }
 
 /// Loads the last `window` message ids of the log, reading segments newest first and

@@ -1,0 +1,263 @@
+//! Guards issue 3 point 5 (auto-ack): without `manual_ack()` a consumer's previous delivery
+//! is acked when it asks for the next one or is closed/dropped — never at hand-out — so
+//! `recv → handle → recv` is at-least-once; a manual-ack delivery dropped unfinished is
+//! released and delivered again; after a kill, auto-acks since the last cursor commit
+//! (`Commit Interval Ms`, or `Spool::commit`) are replayed, never skipped.
+
+mod common_groups;
+
+use common_groups::{assert_nothing, open, publish_n, recv};
+
+const TOPIC: &str = "auto.events";
+const GROUP: &str = "workers";
+
+fn cursor(mq: &spool::Spool) -> u64 {
+    mq.group_info(TOPIC, GROUP).unwrap().cursor
+}
+
+#[tokio::test]
+async fn the_next_recv_acks_the_previous_delivery() {
+    let dir = tempfile::tempdir().unwrap();
+    let mq = open(dir.path(), "");
+    publish_n(&mq, TOPIC, 3).await;
+    let mut c = mq.consumer(TOPIC, GROUP).build().unwrap();
+    let d0 = recv(&mut c).await;
+    assert_eq!(d0.offset(), 0);
+    let info = mq.group_info(TOPIC, GROUP).unwrap();
+    assert_eq!(
+        (info.cursor, info.in_flight),
+        (0, 1),
+        "not acked at hand-out"
+    );
+    drop(d0); // dropping an auto-ack delivery neither acks nor releases it
+    assert_eq!(mq.group_info(TOPIC, GROUP).unwrap().in_flight, 1);
+    let d1 = recv(&mut c).await;
+    assert_eq!(d1.offset(), 1);
+    let info = mq.group_info(TOPIC, GROUP).unwrap();
+    assert_eq!((info.cursor, info.in_flight), (1, 1));
+    drop(d1);
+    assert_eq!(recv(&mut c).await.offset(), 2);
+    assert_eq!(cursor(&mq), 2);
+}
+
+#[tokio::test]
+async fn a_recv_that_finds_nothing_still_acks_the_previous_delivery() {
+    let dir = tempfile::tempdir().unwrap();
+    let mq = open(dir.path(), "");
+    publish_n(&mq, TOPIC, 1).await;
+    let mut c = mq.consumer(TOPIC, GROUP).build().unwrap();
+    recv(&mut c).await;
+    assert_nothing(&mut c).await;
+    let info = mq.group_info(TOPIC, GROUP).unwrap();
+    assert_eq!((info.cursor, info.in_flight), (1, 0));
+}
+
+#[tokio::test]
+async fn closing_or_dropping_the_consumer_acks_its_last_delivery() {
+    let dir = tempfile::tempdir().unwrap();
+    let mq = open(dir.path(), "");
+    publish_n(&mq, TOPIC, 2).await;
+
+    let mut c = mq.consumer(TOPIC, GROUP).build().unwrap();
+    recv(&mut c).await;
+    c.close().await.unwrap();
+    assert_eq!(cursor(&mq), 1, "close acks");
+
+    let mut c = mq.consumer(TOPIC, GROUP).build().unwrap();
+    recv(&mut c).await;
+    drop(c);
+    assert_eq!(cursor(&mq), 2, "drop acks");
+
+    // Persisted by the clean close of the instance.
+    mq.close().await.unwrap();
+    let mq = open(dir.path(), "");
+    assert_eq!(cursor(&mq), 2);
+}
+
+#[tokio::test]
+async fn a_delivery_handed_out_but_never_followed_by_a_recv_is_not_acked() {
+    let dir = tempfile::tempdir().unwrap();
+    let mq = open(dir.path(), "");
+    publish_n(&mq, TOPIC, 2).await;
+    let mut c = mq.consumer(TOPIC, GROUP).build().unwrap();
+    let d = recv(&mut c).await;
+    assert_eq!(d.offset(), 0);
+    // The instance goes away while the delivery is being handled.
+    mq.close().await.unwrap();
+    drop(d);
+    drop(c); // its auto-ack fails quietly: the instance is closed
+
+    let mq = open(dir.path(), "");
+    assert_eq!(cursor(&mq), 0);
+    let mut c = mq.consumer(TOPIC, GROUP).build().unwrap();
+    let d = recv(&mut c).await;
+    assert_eq!(d.offset(), 0, "delivered again");
+    assert_eq!(
+        d.attempt(),
+        1,
+        "a clean close releases without counting an attempt"
+    );
+}
+
+#[tokio::test]
+async fn an_explicit_ack_or_nack_in_auto_mode_is_honoured() {
+    let dir = tempfile::tempdir().unwrap();
+    let mq = open(dir.path(), "");
+    publish_n(&mq, TOPIC, 3).await;
+    let mut c = mq.consumer(TOPIC, GROUP).build().unwrap();
+    let d = recv(&mut c).await;
+    d.ack().await.unwrap();
+    assert_eq!(cursor(&mq), 1);
+    let d = recv(&mut c).await; // its auto-ack of 0 is a no-op now
+    assert_eq!(d.offset(), 1);
+    let out = d.nack("retry").await.unwrap();
+    assert_eq!(out.next_offset, 1);
+    let d = recv(&mut c).await; // must not auto-ack the nacked delivery
+    assert_eq!((d.offset(), d.attempt()), (1, 2));
+    assert_eq!(cursor(&mq), 1);
+    drop(d);
+    assert_eq!(recv(&mut c).await.offset(), 2);
+    assert_eq!(cursor(&mq), 2);
+}
+
+#[tokio::test]
+async fn a_manual_ack_delivery_dropped_unfinished_is_delivered_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let mq = open(dir.path(), "");
+    publish_n(&mq, TOPIC, 2).await;
+    let mut c = mq.consumer(TOPIC, GROUP).manual_ack().build().unwrap();
+    let d = recv(&mut c).await;
+    assert_eq!(d.offset(), 0);
+    drop(d);
+    let info = mq.group_info(TOPIC, GROUP).unwrap();
+    assert_eq!((info.cursor, info.in_flight), (0, 0), "released");
+    let d = recv(&mut c).await;
+    assert_eq!((d.offset(), d.attempt()), (0, 1));
+    // Manual ack never acks on recv or on the consumer's drop.
+    d.ack().await.unwrap();
+    let d = recv(&mut c).await;
+    assert_eq!(d.offset(), 1);
+    let mut other = mq.consumer(TOPIC, GROUP).manual_ack().build().unwrap();
+    drop(c);
+    assert_eq!(cursor(&mq), 1);
+    drop(d);
+    assert_eq!(recv(&mut other).await.offset(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manual_ack_delivery_dropped_in_another_task_is_released() {
+    let dir = tempfile::tempdir().unwrap();
+    let mq = open(dir.path(), "");
+    publish_n(&mq, TOPIC, 1).await;
+    let mut c = mq.consumer(TOPIC, GROUP).manual_ack().build().unwrap();
+    let d = recv(&mut c).await;
+    tokio::spawn(async move { drop(d) }).await.unwrap();
+    let d = recv(&mut c).await;
+    assert_eq!((d.offset(), d.attempt()), (0, 1));
+}
+
+// ---- the replay window after a kill ------------------------------------------------
+
+/// No periodic commit during the test: only `Spool::commit` persists auto-acks.
+const KILL_CONN: &str = "Commit Interval Ms=3600000";
+
+/// Child role: auto-acks 0 and 1, commits, auto-acks 2 and 3 (in memory only), aborts
+/// while 4 is out.
+#[tokio::test]
+async fn child_auto_acks_then_is_killed() {
+    let Some((role, dir)) = common_groups::child_role() else {
+        return;
+    };
+    assert_eq!(role, "auto-ack-kill");
+    let mq = open(&dir, KILL_CONN);
+    let mut c = mq.consumer(TOPIC, GROUP).build().unwrap();
+    for o in 0..3 {
+        assert_eq!(recv(&mut c).await.offset(), o);
+    }
+    mq.commit().unwrap(); // cursor 2 is durable; 2 is out
+    for o in 3..5 {
+        assert_eq!(recv(&mut c).await.offset(), o);
+    }
+    assert_eq!(cursor(&mq), 4);
+    std::process::abort();
+}
+
+#[tokio::test]
+async fn after_a_kill_auto_acks_since_the_last_commit_are_replayed_never_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let mq = open(dir.path(), KILL_CONN);
+        publish_n(&mq, TOPIC, 6).await;
+        mq.close().await.unwrap();
+    }
+    let status = common_groups::run_child(
+        "child_auto_acks_then_is_killed",
+        "auto-ack-kill",
+        dir.path(),
+        &[],
+    );
+    common_groups::assert_aborted(status);
+
+    let mq = open(dir.path(), KILL_CONN);
+    assert_eq!(
+        cursor(&mq),
+        2,
+        "the committed cursor, not the in-memory one"
+    );
+    let mut c = mq.consumer(TOPIC, GROUP).manual_ack().build().unwrap();
+    let mut got = Vec::new();
+    while let Some(d) = c.recv_timeout(common_groups::NOTHING).await.unwrap() {
+        got.push((d.offset(), d.attempt()));
+        d.ack().await.unwrap();
+    }
+    assert_eq!(
+        got,
+        vec![(2, 2), (3, 1), (4, 1), (5, 1)],
+        "2..=4 are replayed (2 was out at the last commit, so it carries an unclean-stop \
+         attempt); nothing is skipped"
+    );
+}
+
+/// Child role: auto-acks 0..=2 with a short commit interval, waits well past it, aborts.
+#[tokio::test]
+async fn child_auto_acks_waits_then_is_killed() {
+    let Some((role, dir)) = common_groups::child_role() else {
+        return;
+    };
+    assert_eq!(role, "auto-ack-wait-kill");
+    let mq = open(&dir, "Commit Interval Ms=10");
+    let mut c = mq.consumer(TOPIC, GROUP).build().unwrap();
+    for o in 0..3 {
+        assert_eq!(recv(&mut c).await.offset(), o);
+    }
+    assert_eq!(cursor(&mq), 2);
+    // A hundred commit intervals: the background commit has certainly run.
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    std::process::abort();
+}
+
+#[tokio::test]
+async fn the_background_commit_persists_auto_acks_within_the_commit_interval() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let mq = open(dir.path(), "");
+        publish_n(&mq, TOPIC, 4).await;
+        mq.close().await.unwrap();
+    }
+    let status = common_groups::run_child(
+        "child_auto_acks_waits_then_is_killed",
+        "auto-ack-wait-kill",
+        dir.path(),
+        &[],
+    );
+    common_groups::assert_aborted(status);
+    let mq = open(dir.path(), "");
+    assert_eq!(
+        cursor(&mq),
+        2,
+        "the auto-acks of 0 and 1 were committed before the kill"
+    );
+    let mut c = mq.consumer(TOPIC, GROUP).manual_ack().build().unwrap();
+    let d = recv(&mut c).await;
+    assert_eq!(d.offset(), 2, "only the delivery that was out is replayed");
+}

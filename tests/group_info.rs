@@ -1,0 +1,85 @@
+//! Guards issue 3 point 8 (inspection): `group_info` reports cursor, log end, lag,
+//! in-flight count, pending attempt counters, dead-lettered and skipped counts, and the
+//! empty state (not an error) for a topic or group that does not exist yet.
+
+mod common_groups;
+
+use common_groups::{open, publish_n, recv};
+use spool::{Error, GroupInfo};
+
+const TOPIC: &str = "inspect.events";
+const GROUP: &str = "workers";
+
+#[tokio::test]
+async fn unknown_topic_or_group_is_the_empty_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let mq = open(dir.path(), "");
+    assert_eq!(mq.group_info("nope", GROUP).unwrap(), GroupInfo::default());
+    assert!(
+        !mq.topics().unwrap().contains(&"nope".to_owned()),
+        "asking creates nothing"
+    );
+    publish_n(&mq, TOPIC, 4).await;
+    let info = mq.group_info(TOPIC, "never-consumed").unwrap();
+    assert_eq!(
+        (info.cursor, info.next, info.lag, info.in_flight),
+        (0, 4, 4, 0)
+    );
+    assert!(info.pending.is_empty());
+    assert_eq!((info.dead_lettered, info.skipped), (0, 0));
+}
+
+#[tokio::test]
+async fn group_info_checks_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let mq = open(dir.path(), "");
+    let r = mq.group_info("bad name", GROUP);
+    assert!(matches!(r, Err(Error::InvalidTopicName { .. })), "{r:?}");
+    let r = mq.group_info(TOPIC, "a/b");
+    assert!(matches!(r, Err(Error::InvalidTopicName { .. })), "{r:?}");
+}
+
+#[tokio::test]
+async fn every_field_follows_the_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let mq = open(dir.path(), "Max Delivery Attempts=2");
+    publish_n(&mq, TOPIC, 6).await;
+    let mut c = mq
+        .consumer(TOPIC, GROUP)
+        .manual_ack()
+        .max_in_flight(4)
+        .build()
+        .unwrap();
+    let d0 = recv(&mut c).await;
+    let d1 = recv(&mut c).await;
+    let d2 = recv(&mut c).await;
+    let info = mq.group_info(TOPIC, GROUP).unwrap();
+    assert_eq!(
+        (info.cursor, info.next, info.lag, info.in_flight),
+        (0, 6, 6, 3)
+    );
+
+    d0.ack().await.unwrap(); // acked: no longer out
+    d1.nack("first").await.unwrap(); // nacked: no longer out, pending
+    drop(d2); // released: no longer out
+    let info = mq.group_info(TOPIC, GROUP).unwrap();
+    assert_eq!((info.cursor, info.lag, info.in_flight), (1, 5, 0));
+    assert_eq!(info.pending.len(), 1);
+    assert_eq!((info.pending[0].offset, info.pending[0].attempts), (1, 1));
+    assert_eq!(info.pending[0].last_reason, "first");
+
+    let d1 = recv(&mut c).await;
+    assert_eq!(d1.offset(), 1);
+    assert!(d1.nack("second").await.unwrap().dead_lettered);
+    let info = mq.group_info(TOPIC, GROUP).unwrap();
+    assert_eq!((info.cursor, info.lag, info.dead_lettered), (2, 4, 1));
+    assert!(info.pending.is_empty());
+
+    publish_n(&mq, TOPIC, 2).await;
+    let info = mq.group_info(TOPIC, GROUP).unwrap();
+    assert_eq!(
+        (info.next, info.lag),
+        (8, 6),
+        "the log end moves with publishes"
+    );
+}

@@ -1,0 +1,201 @@
+//! Guards issue 3 point 7 (retention interplay): a group whose cursor fell behind retention
+//! resumes at the earliest retained offset, and `group_info.skipped` reports exactly the
+//! unfinished records it lost (acked ones above the floor are not counted), durably.
+
+mod common_groups;
+
+use common_groups::{open, recv};
+use spool::{Headers, Spool};
+
+const TOPIC: &str = "retained.events";
+const GROUP: &str = "slow";
+/// Tiny segments, a small byte budget, no background retention: the test applies it.
+const CONN: &str = "Segment Bytes=1024;Retention Bytes=2048;Retention Check Ms=3600000";
+
+async fn fill(mq: &Spool, n: u64) {
+    let body = vec![b'z'; 100];
+    for _ in 0..n {
+        mq.publish(TOPIC, body.clone(), &Headers::new())
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_group_behind_retention_resumes_at_the_earliest_and_counts_the_skip() {
+    let dir = tempfile::tempdir().unwrap();
+    let mq = open(dir.path(), CONN);
+    fill(&mq, 60).await;
+    let mut c = mq.consumer(TOPIC, GROUP).manual_ack().build().unwrap();
+    for o in 0..3 {
+        let d = recv(&mut c).await;
+        assert_eq!(d.offset(), o);
+        d.ack().await.unwrap();
+    }
+    mq.apply_retention().unwrap();
+    let earliest = mq.topic_info(TOPIC).unwrap().earliest;
+    assert!(
+        earliest > 3,
+        "retention deleted records the group had not read"
+    );
+
+    let info = mq.group_info(TOPIC, GROUP).unwrap();
+    assert_eq!(info.cursor, earliest);
+    assert_eq!(info.skipped, earliest - 3);
+    assert_eq!(info.lag, 60 - earliest);
+    let d = recv(&mut c).await;
+    assert_eq!(d.offset(), earliest);
+    d.ack().await.unwrap();
+
+    // The count is durable and not counted twice.
+    drop(c);
+    mq.close().await.unwrap();
+    let mq = open(dir.path(), CONN);
+    let info = mq.group_info(TOPIC, GROUP).unwrap();
+    assert_eq!((info.cursor, info.skipped), (earliest + 1, earliest - 3));
+}
+
+#[tokio::test]
+async fn a_group_noticed_behind_retention_only_after_a_reopen_counts_the_skip() {
+    let dir = tempfile::tempdir().unwrap();
+    let mq = open(dir.path(), CONN);
+    fill(&mq, 60).await;
+    mq.ack(TOPIC, GROUP, 0).await.unwrap();
+    mq.close().await.unwrap();
+    let mq = open(dir.path(), CONN);
+    mq.apply_retention().unwrap();
+    let earliest = mq.topic_info(TOPIC).unwrap().earliest;
+    assert!(earliest > 1);
+    let mut c = mq.consumer(TOPIC, GROUP).manual_ack().build().unwrap();
+    assert_eq!(recv(&mut c).await.offset(), earliest);
+    assert_eq!(mq.group_info(TOPIC, GROUP).unwrap().skipped, earliest - 1);
+}
+
+#[tokio::test]
+async fn acked_offsets_above_the_floor_are_not_counted_as_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    let mq = open(dir.path(), CONN);
+    fill(&mq, 60).await;
+    let mut c = mq
+        .consumer(TOPIC, GROUP)
+        .manual_ack()
+        .max_in_flight(10)
+        .build()
+        .unwrap();
+    let mut ds = Vec::new();
+    for _ in 0..10 {
+        ds.push(recv(&mut c).await);
+    }
+    // 0..=4 stay unfinished (one nacked, the others out); 5..=9 are acked above the floor.
+    let later = ds.split_off(5);
+    for d in later {
+        d.ack().await.unwrap();
+    }
+    let mut ds = ds.into_iter();
+    ds.next().unwrap().nack("bad").await.unwrap();
+    let still_out: Vec<_> = ds.collect();
+    assert_eq!(mq.group_info(TOPIC, GROUP).unwrap().pending.len(), 1);
+
+    mq.apply_retention().unwrap();
+    let earliest = mq.topic_info(TOPIC).unwrap().earliest;
+    assert!(
+        earliest > 10,
+        "retention passed everything the group touched"
+    );
+    let info = mq.group_info(TOPIC, GROUP).unwrap();
+    assert_eq!(info.cursor, earliest);
+    assert_eq!(
+        info.skipped,
+        earliest - 5,
+        "0..=4 and 10..earliest were lost; 5..=9 were acked"
+    );
+    assert!(info.pending.is_empty(), "counters of deleted records go");
+    assert_eq!(
+        info.in_flight, 0,
+        "deliveries of deleted records are no longer out"
+    );
+
+    // Finishing a delivery of a deleted record changes nothing.
+    for d in still_out {
+        let _ = d.ack().await;
+    }
+    let after = mq.group_info(TOPIC, GROUP).unwrap();
+    assert_eq!((after.cursor, after.skipped), (earliest, earliest - 5));
+    let d = recv(&mut c).await;
+    assert_eq!((d.offset(), d.attempt()), (earliest, 1));
+}
+
+#[tokio::test]
+async fn a_group_that_kept_up_skips_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mq = open(dir.path(), CONN);
+    fill(&mq, 60).await;
+    let mut c = mq.consumer(TOPIC, GROUP).build().unwrap();
+    for o in 0..60 {
+        assert_eq!(recv(&mut c).await.offset(), o);
+    }
+    c.close().await.unwrap();
+    mq.apply_retention().unwrap();
+    assert!(mq.topic_info(TOPIC).unwrap().earliest > 0);
+    let info = mq.group_info(TOPIC, GROUP).unwrap();
+    assert_eq!((info.cursor, info.skipped, info.lag), (60, 0, 0));
+}
+
+#[tokio::test]
+async fn low_level_ack_after_retention_expects_the_earliest() {
+    let dir = tempfile::tempdir().unwrap();
+    let mq = open(dir.path(), CONN);
+    fill(&mq, 60).await;
+    let mut c = mq.consumer(TOPIC, GROUP).manual_ack().build().unwrap();
+    recv(&mut c).await.ack().await.unwrap();
+    mq.apply_retention().unwrap();
+    let earliest = mq.topic_info(TOPIC).unwrap().earliest;
+    let r = mq.ack(TOPIC, GROUP, 1).await;
+    assert!(
+        matches!(r, Err(spool::Error::NotAtCursor { expected, actual: 1 }) if expected == earliest),
+        "{r:?}"
+    );
+    mq.ack(TOPIC, GROUP, earliest).await.unwrap();
+    let info = mq.group_info(TOPIC, GROUP).unwrap();
+    assert_eq!((info.cursor, info.skipped), (earliest + 1, earliest - 1));
+}
+
+/// A `tracing` writer that keeps what it is given.
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn the_skip_is_logged() {
+    let dir = tempfile::tempdir().unwrap();
+    let mq = open(dir.path(), CONN);
+    fill(&mq, 60).await;
+    mq.ack(TOPIC, GROUP, 0).await.unwrap();
+    mq.apply_retention().unwrap();
+    let earliest = mq.topic_info(TOPIC).unwrap().earliest;
+    let log = Captured::default();
+    let writer = log.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    // `group_info` notices the skip on this thread, synchronously.
+    let info =
+        tracing::subscriber::with_default(subscriber, || mq.group_info(TOPIC, GROUP).unwrap());
+    assert_eq!(info.skipped, earliest - 1);
+    let text = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
+    assert!(text.contains("WARN"), "{text}");
+    assert!(
+        text.contains(&format!("skipped={}", earliest - 1)),
+        "the log names the count: {text}"
+    );
+}
