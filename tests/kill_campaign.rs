@@ -105,7 +105,12 @@ struct Promises {
 /// Runs one child for a random time, kills it, and returns how many facts it printed.
 fn run_and_kill(dir: &Path, seed: u64, run_ms: u64, p: &mut Promises) -> usize {
     let mut child = Command::new(std::env::current_exe().expect("exe"))
-        .args(["--exact", "kill_child_entry", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "kill_child_entry",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(CHILD_ENV, dir)
         .env(SEED_ENV, seed.to_string())
         .stdout(Stdio::piped())
@@ -134,7 +139,8 @@ fn run_and_kill(dir: &Path, seed: u64, run_ms: u64, p: &mut Promises) -> usize {
         let parts: Vec<&str> = line.split_whitespace().collect();
         match parts.as_slice() {
             ["P", o, body] => {
-                p.published.insert(o.parse().expect("offset"), (*body).to_owned());
+                p.published
+                    .insert(o.parse().expect("offset"), (*body).to_owned());
                 facts += 1;
             }
             ["A", o] => {
@@ -156,7 +162,11 @@ async fn verify(dir: &Path, p: &Promises, kill: usize) {
         .unwrap_or_else(|e| panic!("kill {kill}: reopen failed: {e}"));
     let info = mq.topic_info(TOPIC).expect("info");
     let records = mq.fetch(TOPIC, 0, usize::MAX).await.expect("fetch");
-    assert_eq!(records.len() as u64, info.next, "kill {kill}: offsets are dense from 0");
+    assert_eq!(
+        records.len() as u64,
+        info.next,
+        "kill {kill}: offsets are dense from 0"
+    );
     for (i, r) in records.iter().enumerate() {
         assert_eq!(r.offset(), i as u64, "kill {kill}: dense offsets");
     }
@@ -204,7 +214,10 @@ async fn campaign(kills: usize) {
         "kill campaign: {kills} kills survived, {facts} acknowledged facts checked, {} records published",
         p.published.len()
     );
-    assert!(facts > kills, "the children did too little work to mean anything");
+    assert!(
+        facts > kills,
+        "the children did too little work to mean anything"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
