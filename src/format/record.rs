@@ -16,6 +16,14 @@ pub const BODY_FIXED_LEN: usize = 8 + 8 + 4;
 pub const RECORD_OVERHEAD: usize = FRAME_HEADER_LEN + BODY_FIXED_LEN;
 const _: () = assert!(RECORD_OVERHEAD == 28);
 
+/// Milliseconds since the Unix epoch (the on-disk time unit); 0 before the epoch.
+pub fn system_time_ms(t: std::time::SystemTime) -> u64 {
+    match t.duration_since(std::time::UNIX_EPOCH) {
+        Ok(d) => u64::try_from(d.as_millis()).unwrap_or(u64::MAX),
+        Err(_) => 0,
+    }
+}
+
 /// A decoded record; the payload shares the buffer it was read into.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Record {

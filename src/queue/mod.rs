@@ -280,9 +280,9 @@ impl Engine {
             lock(&t.groups).insert(group, Arc::new(Mutex::new(g)));
         }
         engine.catalog.commit(&ops)?;
-        engine.finish_intents()?;
+        engine.finish_intents(now_ms)?;
         if !clean {
-            engine.dead_letter_exhausted()?;
+            engine.dead_letter_exhausted(now_ms)?;
         }
         engine.catalog.commit(&[Op::SetClean(false)])?;
         Ok(engine)
@@ -932,7 +932,7 @@ impl Engine {
 
     /// Completes dead-letters interrupted by a stop: the copy is looked for after the
     /// intent's `dlq_from`, appended only if absent, then the cursor moves.
-    fn finish_intents(&self) -> Result<()> {
+    fn finish_intents(&self, now_ms: u64) -> Result<()> {
         for (topic, group, offset, intent) in self.catalog.intents()? {
             let Some(t) = self.topic(&topic) else {
                 self.catalog
@@ -974,7 +974,7 @@ impl Engine {
                         offset,
                         intent.attempts,
                         &intent.reason,
-                        crate::runtime::now_ms(),
+                        now_ms,
                         &intent.dlq_topic,
                     )?;
                 }
@@ -994,7 +994,7 @@ impl Engine {
     }
 
     /// After an unclean stop: dead-letters offsets whose charged attempts reached the limit.
-    fn dead_letter_exhausted(&self) -> Result<()> {
+    fn dead_letter_exhausted(&self, now_ms: u64) -> Result<()> {
         let max = self.opts.max_delivery_attempts;
         for t in self.all_topics() {
             let Some(dlq) = self.dead_letter_topic(&t.name) else {
@@ -1009,7 +1009,7 @@ impl Engine {
                     .map(|(o, _)| *o)
                     .collect();
                 for o in due {
-                    self.dead_letter(&t, &name, &mut g, o, &dlq, crate::runtime::now_ms())?;
+                    self.dead_letter(&t, &name, &mut g, o, &dlq, now_ms)?;
                 }
             }
         }
@@ -1024,9 +1024,7 @@ impl Engine {
         let target = match to {
             OffsetReset::Earliest => earliest,
             OffsetReset::Latest => next,
-            OffsetReset::Time(ts) => t
-                .reader
-                .offset_for_time(crate::runtime::system_time_ms(ts))?,
+            OffsetReset::Time(ts) => t.reader.offset_for_time(record::system_time_ms(ts))?,
             OffsetReset::Explicit(n) => n,
         }
         .clamp(earliest, next);

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering, fence};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::thread::JoinHandle;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use tokio::sync::Notify;
@@ -28,14 +28,7 @@ use syncer::Syncer;
 
 /// Milliseconds since the Unix epoch, now.
 pub(crate) fn now_ms() -> u64 {
-    system_time_ms(SystemTime::now())
-}
-
-pub(crate) fn system_time_ms(t: SystemTime) -> u64 {
-    match t.duration_since(UNIX_EPOCH) {
-        Ok(d) => u64::try_from(d.as_millis()).unwrap_or(u64::MAX),
-        Err(_) => 0,
-    }
+    crate::format::record::system_time_ms(SystemTime::now())
 }
 
 /// An open spool instance. Cheap to clone; every clone shares the instance.
