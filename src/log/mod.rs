@@ -502,7 +502,7 @@ impl LogReader {
         let from = entries
             .iter()
             .rev()
-            .find(|e| total - e.ids_before >= want_ids)
+            .find(|e| total.saturating_sub(e.ids_before) >= want_ids)
             .map_or(seg.base, |e| e.offset);
         seg.for_each_from(from, interval, f)
     }
