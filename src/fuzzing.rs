@@ -75,6 +75,7 @@ fn recover_and_check(
         segment_bytes: 16 << 10,
         index_interval_bytes: 64,
         max_body: 1 << 20,
+        preallocate: true,
     };
     std::fs::create_dir_all(topic).ok()?;
     let mut bytes = seg::encode_header(0, 0).to_vec();

@@ -56,6 +56,10 @@ impl Record {
 
 /// Encoded size of `headers` (postcard), without allocating.
 pub fn headers_len(headers: &Headers) -> usize {
+    if headers.is_empty() {
+        // postcard writes an empty map as its length, the varint 0.
+        return 1;
+    }
     postcard::experimental::serialized_size(headers).unwrap_or(usize::MAX)
 }
 
@@ -73,9 +77,17 @@ pub fn encode(
     buf.extend_from_slice(&timestamp_ms.to_le_bytes());
     let hlen_at = buf.len();
     buf.extend_from_slice(&[0u8; 4]);
-    let taken = std::mem::take(buf);
-    // Serialising a BTreeMap<String, String> into a Vec cannot fail.
-    *buf = postcard::to_extend(headers, taken).unwrap_or_else(|_| unreachable_vec());
+    if headers.is_empty() {
+        buf.push(0);
+    } else {
+        let taken = std::mem::take(buf);
+        // Serialising a BTreeMap<String, String> into a Vec cannot fail (only a full
+        // fixed-size buffer can), so the buffer always comes back.
+        *buf = match postcard::to_extend(headers, taken) {
+            Ok(b) => b,
+            Err(_) => unreachable!("postcard into a Vec does not fail"),
+        };
+    }
     let hlen = (buf.len() - hlen_at - 4) as u32;
     buf[hlen_at..hlen_at + 4].copy_from_slice(&hlen.to_le_bytes());
     buf.extend_from_slice(payload);
@@ -87,11 +99,6 @@ pub fn encode(
     let crc = h.finalize();
     buf[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
     buf.len() - start
-}
-
-#[cold]
-fn unreachable_vec() -> Vec<u8> {
-    Vec::new()
 }
 
 /// What a byte range holds at its start.

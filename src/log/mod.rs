@@ -19,6 +19,9 @@ use crate::io::{DataFile, Fs};
 pub use segment::MESSAGE_ID_HEADER;
 use segment::{Poison, Segment, read_lock, wants_entry, write_lock};
 
+/// Background write-back granularity when appends are not synced one by one.
+const WRITE_BACK_BYTES: u64 = 8 << 20;
+
 /// Zeros written ahead of the records at a time.
 const PREALLOCATE_BYTES: u64 = 1 << 20;
 
@@ -29,6 +32,8 @@ pub struct LogConfig {
     pub index_interval_bytes: u64,
     /// Largest record body the reader accepts (bounds allocation on corrupt lengths).
     pub max_body: usize,
+    /// Write zeros ahead of the records (pays off only when every append is synced).
+    pub preallocate: bool,
 }
 
 /// What the log reports about itself.
@@ -248,7 +253,8 @@ impl TopicLog {
         }
         let at = self.active.end();
         let need = at + self.buf.len() as u64;
-        if need > self.allocated
+        if self.cfg.preallocate
+            && need > self.allocated
             && let Err(e) = self.preallocate(need)
         {
             let _ = self.poison.set(format!("write failed: {e}"));
@@ -277,6 +283,22 @@ impl TopicLog {
             .publish_progress(p.end, p.next, p.first_ts, p.last_ts, p.ids, &p.entries);
         self.reader.bounds[1].store(p.next, Ordering::Release);
         p.entries.clear();
+        // Without a sync per append (Sync=None/Interval), write back in the background every
+        // few MiB, so that the sync at the roll finds little left and does not stall the
+        // writer for a whole segment's worth of dirty pages.
+        if !self.cfg.preallocate && p.end / WRITE_BACK_BYTES > at / WRITE_BACK_BYTES {
+            let seg = self.active.clone();
+            let spawned = std::thread::Builder::new()
+                .name("spool-writeback".into())
+                .spawn(move || {
+                    if let Err(e) = seg.sync() {
+                        tracing::error!(error = %e, "background write-back failed");
+                    }
+                });
+            if let Err(e) = spawned {
+                tracing::warn!(error = %e, "could not start a write-back thread; the roll will sync");
+            }
+        }
         Ok(())
     }
 

@@ -303,6 +303,7 @@ impl Engine {
             // The hard ceilings, not today's options: records written under larger
             // limits are data, and recovery must not mistake them for damage.
             max_body: record::BODY_FIXED_LEN + MAX_MESSAGE_BYTES_LIMIT + MAX_HEADER_BYTES_LIMIT,
+            preallocate: self.opts.sync == crate::options::SyncPolicy::Always,
         }
     }
 
