@@ -415,8 +415,9 @@ fn spool_consume_auto(count: usize, size: usize) -> Stat {
     stat(count, size, elapsed, Vec::new())
 }
 
-/// Manual acks under `Sync=Always`: `max_in_flight` deliveries out, each acked by its own
-/// task (acks are durable when they return).
+/// Manual acks under `Sync=Always`: up to `max_in_flight` deliveries taken, then acked
+/// concurrently (`join_all`, no task per ack); each ack is durable when it returns, and
+/// concurrent acks share one catalog commit.
 fn spool_consume_manual(count: usize, size: usize, in_flight: usize) -> Stat {
     let dir = tempfile::tempdir().expect("tempdir");
     let rt = rt();
@@ -430,48 +431,57 @@ fn spool_consume_manual(count: usize, size: usize, in_flight: usize) -> Stat {
             .max_in_flight(in_flight)
             .build()
             .expect("consumer");
-        let mut acks = tokio::task::JoinSet::new();
-        for _ in 0..count {
-            let d = c.recv().await.expect("recv");
-            acks.spawn(async move { d.ack().await.expect("ack") });
-            while acks.len() >= in_flight {
-                acks.join_next().await;
+        let mut done = 0;
+        while done < count {
+            let mut window = vec![c.recv().await.expect("recv")];
+            while window.len() < in_flight {
+                match c.recv_timeout(Duration::ZERO).await.expect("recv") {
+                    Some(d) => window.push(d),
+                    None => break,
+                }
+            }
+            done += window.len();
+            for r in futures_util::future::join_all(window.into_iter().map(|d| d.ack())).await {
+                r.expect("ack");
             }
         }
-        while acks.join_next().await.is_some() {}
     });
     let elapsed = start.elapsed();
     rt.block_on(mq.close()).expect("close");
     stat(count, size, elapsed, Vec::new())
 }
 
-/// Publish -> recv latency at a steady rate under `Sync=None`.
+/// Publish -> recv latency at a steady rate under `Sync=None`. The producer is its own
+/// thread pacing itself on the clock (so it never competes with the consumer's runtime);
+/// the consumer waits in `recv` on a runtime of its own.
 fn spool_latency(count: usize, rate: u64) -> Stat {
     let dir = tempfile::tempdir().expect("tempdir");
-    let rt = rt();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
     let mq = open(dir.path(), SyncPolicy::None);
-    let start = Instant::now();
-    let lat = rt.block_on(async {
-        let mut c = mq.consumer("lat", "g").build().expect("consumer");
-        let mqp = mq.clone();
-        let producer = tokio::spawn(async move {
-            let h = Headers::new();
-            let period = Duration::from_nanos(1_000_000_000 / rate);
-            let t0 = Instant::now();
-            for i in 0..count {
-                let due = t0 + period * i as u32;
-                while Instant::now() < due {
-                    tokio::task::yield_now().await;
-                }
-                let sent = t0.elapsed().as_nanos() as u64;
-                mqp.publish("lat", sent.to_le_bytes().to_vec(), &h)
-                    .await
-                    .expect("publish");
+    let mut c = mq.consumer("lat", "g").build().expect("consumer");
+    let origin = Instant::now();
+    let mqp = mq.clone();
+    let producer = std::thread::spawn(move || {
+        let prt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        let h = Headers::new();
+        let period = Duration::from_nanos(1_000_000_000 / rate);
+        for i in 0..count {
+            let due = origin + period * (i as u32 + 1);
+            while Instant::now() < due {
+                std::hint::spin_loop();
             }
-            t0
-        });
-        let mut lat = Vec::with_capacity(count);
-        let mut t0: Option<Instant> = None;
+            let sent = origin.elapsed().as_nanos() as u64;
+            prt.block_on(mqp.publish("lat", sent.to_le_bytes().to_vec(), &h))
+                .expect("publish");
+        }
+    });
+    let start = Instant::now();
+    let stamps = rt.block_on(async {
         let mut stamps = Vec::with_capacity(count);
         for _ in 0..count {
             let d = c.recv().await.expect("recv");
@@ -480,15 +490,17 @@ fn spool_latency(count: usize, rate: u64) -> Stat {
             b.copy_from_slice(&d.payload()[..8]);
             stamps.push((u64::from_le_bytes(b), now));
         }
-        let origin = producer.await.expect("producer");
-        t0.get_or_insert(origin);
-        for (sent_ns, recv_at) in stamps {
-            let recv_ns = recv_at.duration_since(origin).as_nanos() as u64;
-            lat.push(recv_ns.saturating_sub(sent_ns) as f64 / 1e3);
-        }
-        lat
+        stamps
     });
     let elapsed = start.elapsed();
+    producer.join().expect("producer");
+    let lat = stamps
+        .into_iter()
+        .map(|(sent_ns, at)| {
+            (at.duration_since(origin).as_nanos() as u64).saturating_sub(sent_ns) as f64 / 1e3
+        })
+        .collect();
+    drop(c);
     rt.block_on(mq.close()).expect("close");
     stat(count, 8, elapsed, lat)
 }
