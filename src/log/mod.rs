@@ -19,6 +19,25 @@ use crate::io::{DataFile, Fs};
 pub use segment::MESSAGE_ID_HEADER;
 use segment::{Poison, Segment, read_lock, wants_entry, write_lock};
 
+/// Sealed segments whose index stays in memory (least recently used are unloaded).
+const LOADED_INDEXES_MAX: usize = 8;
+
+/// Unloads the least recently used sealed indexes beyond `LOADED_INDEXES_MAX`: a reader
+/// going through a large log must not keep every segment's index (512 KiB per 64 MiB).
+fn evict_indexes(segs: &[Arc<Segment>]) {
+    let mut loaded: Vec<(u64, &Arc<Segment>)> = segs
+        .iter()
+        .filter_map(|s| s.loaded_index_used().map(|u| (u, s)))
+        .collect();
+    if loaded.len() <= LOADED_INDEXES_MAX {
+        return;
+    }
+    loaded.sort_unstable_by_key(|(u, _)| *u);
+    for (_, s) in &loaded[..loaded.len() - LOADED_INDEXES_MAX] {
+        s.unload_index();
+    }
+}
+
 /// Background write-back granularity when appends are not synced one by one.
 const WRITE_BACK_BYTES: u64 = 8 << 20;
 
@@ -486,6 +505,7 @@ impl LogReader {
             bytes += out[before..].iter().map(|r| r.payload.len()).sum::<usize>();
             at = out.last().map_or(at, |r| r.offset + 1);
         }
+        evict_indexes(&segs);
         Ok(out)
     }
 

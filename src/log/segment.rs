@@ -13,6 +13,9 @@ use crate::format::segment::{
 };
 use crate::io::{DataFile, Fs};
 
+/// Orders index uses across all segments (for unloading the least recently used).
+static INDEX_CLOCK: AtomicU64 = AtomicU64::new(1);
+
 /// Bytes read per syscall when reading or scanning a segment.
 pub const READ_CHUNK_BYTES: usize = 64 * 1024;
 /// Bytes read per syscall during recovery and index rebuilds.
@@ -41,6 +44,8 @@ pub struct Segment {
     /// Sparse entries; for a sealed segment loaded on first use (`index_loaded`).
     index: RwLock<Vec<IndexEntry>>,
     index_loaded: AtomicBool,
+    /// When the index was last used (`INDEX_CLOCK`), to unload the least recently used.
+    index_used: AtomicU64,
     /// Bytes readers may read (header included). Stored after the data is written.
     end: AtomicU64,
     /// Offset after the last visible record.
@@ -138,6 +143,7 @@ impl Segment {
             file,
             index: RwLock::new(Vec::new()),
             index_loaded: AtomicBool::new(true),
+            index_used: AtomicU64::new(0),
             end: AtomicU64::new(SEGMENT_HEADER_LEN as u64),
             next: AtomicU64::new(base),
             first_ts: AtomicU64::new(0),
@@ -328,6 +334,7 @@ impl Segment {
             file,
             index: RwLock::new(Vec::new()),
             index_loaded: AtomicBool::new(true),
+            index_used: AtomicU64::new(0),
             end: AtomicU64::new(s.bytes),
             next: AtomicU64::new(s.next),
             first_ts: AtomicU64::new(s.first_ts),
@@ -379,6 +386,23 @@ impl Segment {
         Ok(read_lock(&self.index).clone())
     }
 
+    /// For a sealed segment whose index is in memory: when it was last used.
+    pub(crate) fn loaded_index_used(&self) -> Option<u64> {
+        (self.is_sealed() && self.index_loaded.load(Ordering::Acquire))
+            .then(|| self.index_used.load(Ordering::Relaxed))
+    }
+
+    /// Drops a sealed segment's in-memory index (it is read again from its file when
+    /// needed), so that memory does not grow with the number of segments read.
+    pub(crate) fn unload_index(&self) {
+        if !self.is_sealed() {
+            return;
+        }
+        let mut guard = write_lock(&self.index);
+        self.index_loaded.store(false, Ordering::Release);
+        *guard = Vec::new();
+    }
+
     /// The last index entry at or before `offset` (binary search).
     fn entry_for_offset(&self, offset: u64, interval: u64) -> Result<Option<IndexEntry>> {
         self.ensure_index(interval)?;
@@ -396,6 +420,10 @@ impl Segment {
     }
 
     fn ensure_index(&self, interval: u64) -> Result<()> {
+        self.index_used.store(
+            INDEX_CLOCK.fetch_add(1, Ordering::Relaxed),
+            Ordering::Relaxed,
+        );
         if self.index_loaded.load(Ordering::Acquire) {
             return Ok(());
         }
