@@ -1615,3 +1615,74 @@ async fn an_empty_catalog_is_refused_not_silently_replaced() {
     fx.check(&mq, "catalog restored").await;
     mq.close().await.expect("close");
 }
+
+/// Env var that makes `unreadable_directory_child` act (it is a no-op in ordinary runs).
+const UNREADABLE_ENV: &str = "SPOOL_UNREADABLE_DIR";
+
+/// Runs as an unprivileged user (the parent drops to uid/gid 65534): opening a data
+/// directory it may not read or write is a clear `Err`, never a panic, and writes nothing.
+#[test]
+fn unreadable_directory_child() {
+    let Ok(dir) = std::env::var(UNREADABLE_ENV) else {
+        return;
+    };
+    let r = Spool::open(&format!("Data Source={dir}"));
+    match r {
+        Err(e @ Error::Io { .. }) => {
+            let msg = e.to_string();
+            assert!(msg.contains("ermission"), "{msg}");
+            println!("UNREADABLE-OK {msg}");
+        }
+        other => panic!("expected Error::Io, got {other:?}"),
+    }
+}
+
+/// A data directory the process may not read (permissions 000, opened by a non-root
+/// child since root ignores permissions) gives `Error::Io` naming the problem, and its
+/// contents are untouched.
+#[test]
+fn an_unreadable_data_directory_is_an_io_error() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    // A parent anyone may traverse, holding a directory nobody may enter.
+    let parent = std::env::temp_dir().join(format!("spool-unreadable-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&parent);
+    std::fs::create_dir_all(&parent).expect("parent");
+    std::fs::set_permissions(&parent, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let data = parent.join("data");
+    {
+        let mq = Spool::open(&format!("Data Source={}", data.display())).expect("open");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            mq.publish("t", b"kept".to_vec(), &Headers::new())
+                .await
+                .expect("publish");
+            mq.close().await.expect("close");
+        });
+    }
+    let before = tree(&data);
+    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o000)).expect("chmod");
+    let out = std::process::Command::new(std::env::current_exe().expect("exe"))
+        .args(["--exact", "unreadable_directory_child", "--nocapture"])
+        .env(UNREADABLE_ENV, &data)
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .expect("spawn an unprivileged child");
+    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("UNREADABLE-OK"),
+        "child: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        tree(&data),
+        before,
+        "an unreadable directory is left as it was"
+    );
+    let _ = std::fs::remove_dir_all(&parent);
+}
