@@ -115,12 +115,18 @@ pub enum Frame {
 /// Checks, then decodes, the frame at the start of `buf`. `max_body` bounds the length
 /// field before anything is allocated. `buf` is shared so payloads are zero-copy slices.
 pub fn decode(buf: &Bytes, max_body: usize) -> Frame {
-    if buf.len() < FRAME_HEADER_LEN {
+    decode_at(buf, 0, max_body)
+}
+
+/// As [`decode`], for the frame starting at `at` (no intermediate `Bytes` per record).
+pub fn decode_at(buf: &Bytes, at: usize, max_body: usize) -> Frame {
+    let b = &buf[at.min(buf.len())..];
+    if b.len() < FRAME_HEADER_LEN {
         return Frame::Incomplete {
             needed: FRAME_HEADER_LEN,
         };
     }
-    let body_len = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
+    let body_len = u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize;
     if body_len < BODY_FIXED_LEN {
         return Frame::Corrupt("frame shorter than a record body");
     }
@@ -128,17 +134,17 @@ pub fn decode(buf: &Bytes, max_body: usize) -> Frame {
         return Frame::Corrupt("frame length over the configured limit");
     }
     let total = FRAME_HEADER_LEN + body_len;
-    if buf.len() < total {
+    if b.len() < total {
         return Frame::Incomplete { needed: total };
     }
-    let stored_crc = u32::from_le_bytes([buf[4], buf[5], buf[6], buf[7]]);
+    let stored_crc = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
     let mut h = crc32fast::Hasher::new();
-    h.update(&buf[0..4]);
-    h.update(&buf[FRAME_HEADER_LEN..total]);
+    h.update(&b[0..4]);
+    h.update(&b[FRAME_HEADER_LEN..total]);
     if h.finalize() != stored_crc {
         return Frame::Corrupt("checksum mismatch");
     }
-    let body = &buf[FRAME_HEADER_LEN..total];
+    let body = &b[FRAME_HEADER_LEN..total];
     let offset = u64::from_le_bytes(body[0..8].try_into().unwrap_or([0; 8]));
     let timestamp_ms = u64::from_le_bytes(body[8..16].try_into().unwrap_or([0; 8]));
     let hlen = u32::from_le_bytes(body[16..20].try_into().unwrap_or([0; 4])) as usize;
@@ -146,11 +152,16 @@ pub fn decode(buf: &Bytes, max_body: usize) -> Frame {
         return Frame::Corrupt("headers length past the end of the record");
     }
     let hstart = FRAME_HEADER_LEN + BODY_FIXED_LEN;
-    let headers: Headers = match postcard::from_bytes(&buf[hstart..hstart + hlen]) {
-        Ok(h) => h,
-        Err(_) => return Frame::Corrupt("headers do not decode"),
+    let hbytes = &b[hstart..hstart + hlen];
+    let headers: Headers = if hbytes == [0] {
+        Headers::new()
+    } else {
+        match postcard::from_bytes(hbytes) {
+            Ok(h) => h,
+            Err(_) => return Frame::Corrupt("headers do not decode"),
+        }
     };
-    let payload = buf.slice(hstart + hlen..total);
+    let payload = buf.slice(at + hstart + hlen..at + total);
     Frame::Complete {
         record: Record {
             offset,

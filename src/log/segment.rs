@@ -492,7 +492,7 @@ impl Segment {
             want = READ_CHUNK_BYTES;
             let mut cur = 0usize;
             while cur < chunk.len() && out.len() < limit && bytes_out < max_bytes {
-                match record::decode(&chunk.slice(cur..), self.max_body) {
+                match record::decode_at(&chunk, cur, self.max_body) {
                     Frame::Complete { record, len } => {
                         if record.offset != expected {
                             return Err(Error::corrupt(
@@ -830,7 +830,7 @@ pub(crate) fn scan(
         want = SCAN_CHUNK_BYTES;
         let mut cur = 0usize;
         while cur < chunk.len() {
-            match record::decode(&chunk.slice(cur..), max_body) {
+            match record::decode_at(&chunk, cur, max_body) {
                 Frame::Complete { record, len: n } => {
                     // Stop *at* this record: the ones before it in the chunk are counted
                     // in `next`, so `end` must keep them (a truncation to the chunk start
