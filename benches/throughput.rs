@@ -432,6 +432,11 @@ fn spool_consume_manual(count: usize, size: usize, in_flight: usize) -> Stat {
             .build()
             .expect("consumer");
         let mut done = 0;
+        // The acks of one window are awaited in a task of their own while the next window
+        // is taken (their slots free up as soon as the acks are made, before they are
+        // durable): commits and hand-outs overlap.
+        let mut pending: std::collections::VecDeque<tokio::task::JoinHandle<()>> =
+            std::collections::VecDeque::new();
         while done < count {
             let mut window = vec![c.recv().await.expect("recv")];
             while window.len() < in_flight {
@@ -441,9 +446,20 @@ fn spool_consume_manual(count: usize, size: usize, in_flight: usize) -> Stat {
                 }
             }
             done += window.len();
-            for r in futures_util::future::join_all(window.into_iter().map(|d| d.ack())).await {
-                r.expect("ack");
+            let acks: Vec<_> = window.into_iter().map(|d| d.ack()).collect();
+            pending.push_back(tokio::spawn(async move {
+                for r in futures_util::future::join_all(acks).await {
+                    r.expect("ack");
+                }
+            }));
+            while pending.len() > 2 {
+                if let Some(h) = pending.pop_front() {
+                    h.await.expect("acks");
+                }
             }
+        }
+        for h in pending {
+            h.await.expect("acks");
         }
     });
     let elapsed = start.elapsed();
