@@ -10,26 +10,13 @@ use spool::{Delivery, Error};
 const TOPIC: &str = "floor.events";
 const GROUP: &str = "workers";
 
-async fn take(c: &mut spool::Consumer, n: usize) -> Vec<Delivery> {
-    let mut v = Vec::new();
-    for _ in 0..n {
-        v.push(recv(c).await);
-    }
-    v
-}
-
 #[tokio::test]
 async fn nack_5_while_acking_6_to_9_leaves_the_cursor_at_5_across_reopen() {
     let dir = tempfile::tempdir().unwrap();
     let mq = open(dir.path(), "");
     publish_n(&mq, TOPIC, 10).await;
-    let mut c = mq
-        .consumer(TOPIC, GROUP)
-        .manual_ack()
-        .max_in_flight(10)
-        .build()
-        .unwrap();
-    let ds = take(&mut c, 10).await;
+    let mut c = common_groups::manual(&mq, TOPIC, GROUP, 10);
+    let ds = common_groups::take(&mut c, 10).await;
     assert_eq!(
         ds.iter().map(Delivery::offset).collect::<Vec<_>>(),
         (0..10).collect::<Vec<_>>()
@@ -58,12 +45,7 @@ async fn nack_5_while_acking_6_to_9_leaves_the_cursor_at_5_across_reopen() {
 
     let mq = open(dir.path(), "");
     assert_eq!(mq.group_info(TOPIC, GROUP).unwrap().cursor, 5);
-    let mut c = mq
-        .consumer(TOPIC, GROUP)
-        .manual_ack()
-        .max_in_flight(10)
-        .build()
-        .unwrap();
+    let mut c = common_groups::manual(&mq, TOPIC, GROUP, 10);
     let d = recv(&mut c).await;
     assert_eq!((d.offset(), d.attempt()), (5, 2));
     assert_nothing(&mut c).await; // 6..=9 are done; nothing else is left
@@ -83,13 +65,12 @@ async fn an_unfinished_delivery_holds_the_floor_across_reopen() {
     let dir = tempfile::tempdir().unwrap();
     let mq = open(dir.path(), "");
     publish_n(&mq, TOPIC, 10).await;
-    let mut c = mq
-        .consumer(TOPIC, GROUP)
-        .manual_ack()
-        .max_in_flight(10)
-        .build()
-        .unwrap();
-    let mut ds: Vec<Option<Delivery>> = take(&mut c, 10).await.into_iter().map(Some).collect();
+    let mut c = common_groups::manual(&mq, TOPIC, GROUP, 10);
+    let mut ds: Vec<Option<Delivery>> = common_groups::take(&mut c, 10)
+        .await
+        .into_iter()
+        .map(Some)
+        .collect();
     for o in [0, 1, 2, 4, 6, 7, 9] {
         ds[o].take().unwrap().ack().await.unwrap();
     }
@@ -103,13 +84,8 @@ async fn an_unfinished_delivery_holds_the_floor_across_reopen() {
     let mq = open(dir.path(), "");
     let info = mq.group_info(TOPIC, GROUP).unwrap();
     assert_eq!((info.cursor, info.in_flight), (3, 0));
-    let mut c = mq
-        .consumer(TOPIC, GROUP)
-        .manual_ack()
-        .max_in_flight(10)
-        .build()
-        .unwrap();
-    let ds = take(&mut c, 3).await;
+    let mut c = common_groups::manual(&mq, TOPIC, GROUP, 10);
+    let ds = common_groups::take(&mut c, 3).await;
     assert_eq!(
         ds.iter()
             .map(|d| (d.offset(), d.attempt()))
@@ -129,13 +105,12 @@ async fn out_of_order_acks_advance_the_floor_only_over_a_contiguous_run() {
     let dir = tempfile::tempdir().unwrap();
     let mq = open(dir.path(), "");
     publish_n(&mq, TOPIC, 6).await;
-    let mut c = mq
-        .consumer(TOPIC, GROUP)
-        .manual_ack()
-        .max_in_flight(6)
-        .build()
-        .unwrap();
-    let mut ds: Vec<Option<Delivery>> = take(&mut c, 6).await.into_iter().map(Some).collect();
+    let mut c = common_groups::manual(&mq, TOPIC, GROUP, 6);
+    let mut ds: Vec<Option<Delivery>> = common_groups::take(&mut c, 6)
+        .await
+        .into_iter()
+        .map(Some)
+        .collect();
     let mut floors = Vec::new();
     for o in [5, 3, 1, 0, 4, 2] {
         ds[o].take().unwrap().ack().await.unwrap();
@@ -210,7 +185,7 @@ async fn low_level_ack_and_nack_of_another_offset_is_not_at_cursor() {
     mq.close().await.unwrap();
     let mq = open(dir.path(), "");
     assert_eq!(mq.group_info(TOPIC, GROUP).unwrap().cursor, 3);
-    let mut c = mq.consumer(TOPIC, GROUP).manual_ack().build().unwrap();
+    let mut c = common_groups::manual(&mq, TOPIC, GROUP, 1);
     assert_eq!(recv(&mut c).await.offset(), 3);
 }
 
@@ -228,7 +203,7 @@ async fn low_level_ack_past_the_log_end_is_an_error_and_changes_nothing() {
     assert_eq!(info.cursor, 1);
     assert!(info.pending.is_empty());
     publish_n(&mq, TOPIC, 1).await;
-    let mut c = mq.consumer(TOPIC, GROUP).manual_ack().build().unwrap();
+    let mut c = common_groups::manual(&mq, TOPIC, GROUP, 1);
     let d = recv(&mut c).await;
     assert_eq!((d.offset(), d.attempt()), (1, 1));
 }
@@ -238,7 +213,7 @@ async fn low_level_ack_of_a_cursor_that_is_out_fences_the_delivery() {
     let dir = tempfile::tempdir().unwrap();
     let mq = open(dir.path(), "");
     publish_n(&mq, TOPIC, 3).await;
-    let mut c = mq.consumer(TOPIC, GROUP).manual_ack().build().unwrap();
+    let mut c = common_groups::manual(&mq, TOPIC, GROUP, 1);
     let d = recv(&mut c).await;
     assert_eq!(d.offset(), 0);
     mq.ack(TOPIC, GROUP, 0).await.unwrap();
@@ -262,13 +237,12 @@ async fn child_acks_around_a_nack_then_aborts() {
     };
     assert_eq!(role, "floor-abort");
     let mq = open(&dir, "");
-    let mut c = mq
-        .consumer(TOPIC, GROUP)
-        .manual_ack()
-        .max_in_flight(10)
-        .build()
-        .unwrap();
-    let mut ds: Vec<Option<Delivery>> = take(&mut c, 10).await.into_iter().map(Some).collect();
+    let mut c = common_groups::manual(&mq, TOPIC, GROUP, 10);
+    let mut ds: Vec<Option<Delivery>> = common_groups::take(&mut c, 10)
+        .await
+        .into_iter()
+        .map(Some)
+        .collect();
     for o in [9, 8, 7, 6, 0, 1, 2, 3, 4] {
         ds[o].take().unwrap().ack().await.unwrap();
     }
@@ -278,19 +252,13 @@ async fn child_acks_around_a_nack_then_aborts() {
 
 #[tokio::test]
 async fn the_ack_floor_and_the_acks_above_it_survive_a_process_abort() {
-    let dir = tempfile::tempdir().unwrap();
-    {
-        let mq = open(dir.path(), "");
-        publish_n(&mq, TOPIC, 11).await;
-        mq.close().await.unwrap();
-    }
-    let status = common_groups::run_child(
+    let dir = common_groups::publish_then_abort_child(
+        TOPIC,
+        11,
         "child_acks_around_a_nack_then_aborts",
         "floor-abort",
-        dir.path(),
-        &[],
-    );
-    common_groups::assert_aborted(status);
+    )
+    .await;
 
     let mq = open(dir.path(), "");
     let info = mq.group_info(TOPIC, GROUP).unwrap();
@@ -298,12 +266,7 @@ async fn the_ack_floor_and_the_acks_above_it_survive_a_process_abort() {
         info.cursor, 5,
         "every explicit ack was durable when it returned"
     );
-    let mut c = mq
-        .consumer(TOPIC, GROUP)
-        .manual_ack()
-        .max_in_flight(10)
-        .build()
-        .unwrap();
+    let mut c = common_groups::manual(&mq, TOPIC, GROUP, 10);
     let d = recv(&mut c).await;
     assert_eq!((d.offset(), d.attempt()), (5, 2), "only the nack counted");
     let d10 = recv(&mut c).await;

@@ -125,7 +125,7 @@ async fn a_manual_ack_delivery_dropped_unfinished_is_delivered_again() {
     let dir = tempfile::tempdir().unwrap();
     let mq = open(dir.path(), "");
     publish_n(&mq, TOPIC, 2).await;
-    let mut c = mq.consumer(TOPIC, GROUP).manual_ack().build().unwrap();
+    let mut c = common_groups::manual(&mq, TOPIC, GROUP, 1);
     let d = recv(&mut c).await;
     assert_eq!(d.offset(), 0);
     drop(d);
@@ -137,7 +137,7 @@ async fn a_manual_ack_delivery_dropped_unfinished_is_delivered_again() {
     d.ack().await.unwrap();
     let d = recv(&mut c).await;
     assert_eq!(d.offset(), 1);
-    let mut other = mq.consumer(TOPIC, GROUP).manual_ack().build().unwrap();
+    let mut other = common_groups::manual(&mq, TOPIC, GROUP, 1);
     drop(c);
     assert_eq!(cursor(&mq), 1);
     drop(d);
@@ -149,7 +149,7 @@ async fn a_manual_ack_delivery_dropped_in_another_task_is_released() {
     let dir = tempfile::tempdir().unwrap();
     let mq = open(dir.path(), "");
     publish_n(&mq, TOPIC, 1).await;
-    let mut c = mq.consumer(TOPIC, GROUP).manual_ack().build().unwrap();
+    let mut c = common_groups::manual(&mq, TOPIC, GROUP, 1);
     let d = recv(&mut c).await;
     tokio::spawn(async move { drop(d) }).await.unwrap();
     let d = recv(&mut c).await;
@@ -204,7 +204,7 @@ async fn after_a_kill_auto_acks_since_the_last_commit_are_replayed_never_skipped
         2,
         "the committed cursor, not the in-memory one"
     );
-    let mut c = mq.consumer(TOPIC, GROUP).manual_ack().build().unwrap();
+    let mut c = common_groups::manual(&mq, TOPIC, GROUP, 1);
     let mut got = Vec::new();
     while let Some(d) = c.recv_timeout(common_groups::NOTHING).await.unwrap() {
         got.push((d.offset(), d.attempt()));
@@ -238,26 +238,20 @@ async fn child_auto_acks_waits_then_is_killed() {
 
 #[tokio::test]
 async fn the_background_commit_persists_auto_acks_within_the_commit_interval() {
-    let dir = tempfile::tempdir().unwrap();
-    {
-        let mq = open(dir.path(), "");
-        publish_n(&mq, TOPIC, 4).await;
-        mq.close().await.unwrap();
-    }
-    let status = common_groups::run_child(
+    let dir = common_groups::publish_then_abort_child(
+        TOPIC,
+        4,
         "child_auto_acks_waits_then_is_killed",
         "auto-ack-wait-kill",
-        dir.path(),
-        &[],
-    );
-    common_groups::assert_aborted(status);
+    )
+    .await;
     let mq = open(dir.path(), "");
     assert_eq!(
         cursor(&mq),
         2,
         "the auto-acks of 0 and 1 were committed before the kill"
     );
-    let mut c = mq.consumer(TOPIC, GROUP).manual_ack().build().unwrap();
+    let mut c = common_groups::manual(&mq, TOPIC, GROUP, 1);
     let d = recv(&mut c).await;
     assert_eq!(d.offset(), 2, "only the delivery that was out is replayed");
 }

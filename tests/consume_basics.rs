@@ -22,7 +22,7 @@ async fn recv_delivers_in_offset_order_with_payload_and_attempt_one() {
     for i in 0..3u64 {
         mq.publish(TOPIC, payload_of(i), &h).await.unwrap();
     }
-    let mut c = mq.consumer(TOPIC, "g").manual_ack().build().unwrap();
+    let mut c = common_groups::manual(&mq, TOPIC, "g", 1);
     for i in 0..3u64 {
         let d = recv(&mut c).await;
         assert_eq!(d.offset(), i);
@@ -45,7 +45,7 @@ async fn recv_delivers_in_offset_order_with_payload_and_attempt_one() {
 async fn recv_timeout_returns_none_when_empty_and_some_when_available() {
     let dir = tempfile::tempdir().unwrap();
     let mq = open(dir.path(), "");
-    let mut c = mq.consumer(TOPIC, "g").manual_ack().build().unwrap();
+    let mut c = common_groups::manual(&mq, TOPIC, "g", 1);
     assert_nothing(&mut c).await;
     publish_n(&mq, TOPIC, 1).await;
     let d = c
@@ -103,7 +103,7 @@ async fn pull_ends_with_closed_when_the_instance_closes() {
 async fn a_waiting_recv_wakes_when_another_task_publishes() {
     let dir = tempfile::tempdir().unwrap();
     let mq = open(dir.path(), "");
-    let mut c = mq.consumer(TOPIC, "g").manual_ack().build().unwrap();
+    let mut c = common_groups::manual(&mq, TOPIC, "g", 1);
     let recv = c.recv();
     tokio::pin!(recv);
     // The recv is registered and waiting before anything is published.
@@ -167,7 +167,7 @@ async fn a_new_group_starts_at_the_earliest_retained_offset() {
     assert_eq!(info.cursor, earliest);
     assert_eq!(info.skipped, 0);
 
-    let mut c = mq.consumer(TOPIC, "fresh").manual_ack().build().unwrap();
+    let mut c = common_groups::manual(&mq, TOPIC, "fresh", 1);
     let d = recv(&mut c).await;
     assert_eq!(d.offset(), earliest);
     d.ack().await.unwrap();
@@ -180,7 +180,7 @@ async fn a_new_group_starts_at_the_earliest_retained_offset() {
 async fn a_new_group_on_an_empty_topic_gets_the_first_publish() {
     let dir = tempfile::tempdir().unwrap();
     let mq = open(dir.path(), "");
-    let mut c = mq.consumer(TOPIC, "g").manual_ack().build().unwrap();
+    let mut c = common_groups::manual(&mq, TOPIC, "g", 1);
     let info = mq.group_info(TOPIC, "g").unwrap();
     assert_eq!((info.cursor, info.next, info.lag), (0, 0, 0));
     publish_n(&mq, TOPIC, 2).await;
@@ -192,8 +192,8 @@ async fn groups_are_independent() {
     let dir = tempfile::tempdir().unwrap();
     let mq = open(dir.path(), "");
     publish_n(&mq, TOPIC, 3).await;
-    let mut a = mq.consumer(TOPIC, "a").manual_ack().build().unwrap();
-    let mut b = mq.consumer(TOPIC, "b").manual_ack().build().unwrap();
+    let mut a = common_groups::manual(&mq, TOPIC, "a", 1);
+    let mut b = common_groups::manual(&mq, TOPIC, "b", 1);
     for i in 0..3 {
         recv(&mut a).await.ack().await.unwrap();
         let d = recv(&mut b).await;
@@ -209,18 +209,8 @@ async fn max_in_flight_bounds_what_the_group_has_out() {
     let dir = tempfile::tempdir().unwrap();
     let mq = open(dir.path(), "");
     publish_n(&mq, TOPIC, 10).await;
-    let mut c1 = mq
-        .consumer(TOPIC, "g")
-        .manual_ack()
-        .max_in_flight(3)
-        .build()
-        .unwrap();
-    let mut c2 = mq
-        .consumer(TOPIC, "g")
-        .manual_ack()
-        .max_in_flight(3)
-        .build()
-        .unwrap();
+    let mut c1 = common_groups::manual(&mq, TOPIC, "g", 3);
+    let mut c2 = common_groups::manual(&mq, TOPIC, "g", 3);
     let d0 = recv(&mut c1).await;
     let d1 = recv(&mut c2).await;
     let d2 = recv(&mut c1).await;
@@ -238,8 +228,8 @@ async fn with_the_default_max_in_flight_a_second_consumer_waits() {
     let dir = tempfile::tempdir().unwrap();
     let mq = open(dir.path(), "");
     publish_n(&mq, TOPIC, 2).await;
-    let mut c1 = mq.consumer(TOPIC, "g").manual_ack().build().unwrap();
-    let mut c2 = mq.consumer(TOPIC, "g").manual_ack().build().unwrap();
+    let mut c1 = common_groups::manual(&mq, TOPIC, "g", 1);
+    let mut c2 = common_groups::manual(&mq, TOPIC, "g", 1);
     let d = recv(&mut c1).await;
     assert_nothing(&mut c2).await;
     d.ack().await.unwrap();
@@ -330,7 +320,7 @@ async fn consumer_and_delivery_move_into_spawned_tasks() {
     let dir = tempfile::tempdir().unwrap();
     let mq = open(dir.path(), "");
     publish_n(&mq, TOPIC, 5).await;
-    let c = mq.consumer(TOPIC, "g").manual_ack().build().unwrap();
+    let c = common_groups::manual(&mq, TOPIC, "g", 1);
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Delivery>(1);
     // The consumer lives in one task, the deliveries are acked in another.
     let receiver = tokio::spawn(async move {
@@ -380,12 +370,7 @@ async fn consumers_of_one_group_never_hold_the_same_delivery_with_nacks_and_rele
     let released: Arc<Mutex<BTreeSet<u64>>> = Arc::default();
     let mut tasks = Vec::new();
     for _ in 0..4 {
-        let mut c = mq
-            .consumer(TOPIC, "churn")
-            .manual_ack()
-            .max_in_flight(6)
-            .build()
-            .unwrap();
+        let mut c = common_groups::manual(&mq, TOPIC, "churn", 6);
         let out = out.clone();
         let acked = acked.clone();
         let released = released.clone();

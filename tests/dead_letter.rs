@@ -40,7 +40,7 @@ async fn five_nacks_route_one_copy_with_every_header_then_the_next_message_comes
     let dir = tempfile::tempdir().unwrap();
     let mq = open(dir.path(), "");
     let original = publish_poison_then_good(&mq).await;
-    let mut c = mq.consumer(TOPIC, GROUP).manual_ack().build().unwrap();
+    let mut c = common_groups::manual(&mq, TOPIC, GROUP, 1);
     let mut original_ts = None;
     for n in 1..=5u32 {
         let d = recv(&mut c).await;
@@ -140,7 +140,7 @@ async fn attempts_counted_before_a_reopen_count_towards_the_limit() {
     mq.nack(TOPIC, GROUP, 0, "b").await.unwrap();
     mq.close().await.unwrap();
     let mq = open(dir.path(), conn);
-    let mut c = mq.consumer(TOPIC, GROUP).manual_ack().build().unwrap();
+    let mut c = common_groups::manual(&mq, TOPIC, GROUP, 1);
     let out = recv(&mut c).await.nack("c").await.unwrap();
     assert!(out.dead_lettered);
     assert_eq!(recv(&mut c).await.offset(), 1);
@@ -151,7 +151,7 @@ async fn max_delivery_attempts_zero_never_dead_letters() {
     let dir = tempfile::tempdir().unwrap();
     let mq = open(dir.path(), "Max Delivery Attempts=0");
     publish_n(&mq, TOPIC, 2).await;
-    let mut c = mq.consumer(TOPIC, GROUP).manual_ack().build().unwrap();
+    let mut c = common_groups::manual(&mq, TOPIC, GROUP, 1);
     for n in 1..=12u32 {
         let d = recv(&mut c).await;
         assert_eq!((d.offset(), d.attempt()), (0, n));
@@ -176,7 +176,7 @@ async fn a_custom_suffix_names_the_dead_letter_topic() {
         "Max Delivery Attempts=2;Dead Letter Suffix=-poison",
     );
     publish_n(&mq, TOPIC, 1).await;
-    let mut c = mq.consumer(TOPIC, GROUP).manual_ack().build().unwrap();
+    let mut c = common_groups::manual(&mq, TOPIC, GROUP, 1);
     recv(&mut c).await.nack("1").await.unwrap();
     let out = recv(&mut c).await.nack("2").await.unwrap();
     assert!(out.dead_lettered);
@@ -198,7 +198,7 @@ async fn the_dead_letter_topic_is_an_ordinary_topic_and_does_not_chain() {
     assert_eq!(mq.topic_info(DLQ).unwrap().messages, 3);
 
     // Consumed like any topic.
-    let mut c = mq.consumer(DLQ, "ops").manual_ack().build().unwrap();
+    let mut c = common_groups::manual(&mq, DLQ, "ops", 1);
     let d = recv(&mut c).await;
     assert_eq!(
         d.headers().get(X_ORIGINAL_OFFSET).map(String::as_str),
@@ -262,7 +262,7 @@ async fn the_dead_letter_topic_is_retained_like_any_topic() {
             .await
             .unwrap();
     }
-    let mut c = mq.consumer(TOPIC, GROUP).manual_ack().build().unwrap();
+    let mut c = common_groups::manual(&mq, TOPIC, GROUP, 1);
     for o in 0..40 {
         let d = recv(&mut c).await;
         assert_eq!(d.offset(), o);
@@ -303,7 +303,7 @@ async fn child_nacks_to_the_limit() {
         return;
     };
     let mq = open(&dir, CRASH_CONN);
-    let mut c = mq.consumer(TOPIC, GROUP).manual_ack().build().unwrap();
+    let mut c = common_groups::manual(&mq, TOPIC, GROUP, 1);
     for n in 1..=3 {
         let d = recv(&mut c).await;
         assert_eq!((d.offset(), d.attempt()), (0, n));
@@ -348,7 +348,7 @@ async fn crash_while_dead_lettering(point: &str) {
         mq.close().await.unwrap();
     }
     let mq = open(dir.path(), CRASH_CONN);
-    let mut c = mq.consumer(TOPIC, GROUP).manual_ack().build().unwrap();
+    let mut c = common_groups::manual(&mq, TOPIC, GROUP, 1);
     let d = recv(&mut c).await;
     assert_eq!((d.offset(), d.attempt()), (1, 1));
     d.ack().await.unwrap();

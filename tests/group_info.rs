@@ -44,12 +44,7 @@ async fn every_field_follows_the_group() {
     let dir = tempfile::tempdir().unwrap();
     let mq = open(dir.path(), "Max Delivery Attempts=2");
     publish_n(&mq, TOPIC, 6).await;
-    let mut c = mq
-        .consumer(TOPIC, GROUP)
-        .manual_ack()
-        .max_in_flight(4)
-        .build()
-        .unwrap();
+    let mut c = common_groups::manual(&mq, TOPIC, GROUP, 4);
     let d0 = recv(&mut c).await;
     let d1 = recv(&mut c).await;
     let d2 = recv(&mut c).await;

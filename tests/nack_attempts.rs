@@ -32,7 +32,7 @@ async fn nack_twice_reopen_nack_is_attempt_three() {
     let dir = tempfile::tempdir().unwrap();
     let mq = open(dir.path(), "");
     publish_n(&mq, TOPIC, 3).await;
-    let mut c = mq.consumer(TOPIC, GROUP).manual_ack().build().unwrap();
+    let mut c = common_groups::manual(&mq, TOPIC, GROUP, 1);
     for n in 1..=2u32 {
         let d = recv(&mut c).await;
         assert_eq!((d.offset(), d.attempt()), (0, n));
@@ -51,7 +51,7 @@ async fn nack_twice_reopen_nack_is_attempt_three() {
         vec![(0, 2, "failure 2".to_owned())],
         "the counter and the reason are durable"
     );
-    let mut c = mq.consumer(TOPIC, GROUP).manual_ack().build().unwrap();
+    let mut c = common_groups::manual(&mq, TOPIC, GROUP, 1);
     let d = recv(&mut c).await;
     assert_eq!((d.offset(), d.attempt()), (0, 3));
     let out = d.nack("failure 3").await.unwrap();
@@ -82,7 +82,7 @@ async fn low_level_nack_twice_reopen_nack_is_attempt_three() {
     assert_eq!(out.delivery_attempt, 3);
     assert!(!out.dead_lettered);
     assert_eq!(pending(&mq), vec![(0, 3, "low again".to_owned())]);
-    let mut c = mq.consumer(TOPIC, GROUP).manual_ack().build().unwrap();
+    let mut c = common_groups::manual(&mq, TOPIC, GROUP, 1);
     let d = recv(&mut c).await;
     assert_eq!((d.offset(), d.attempt()), (0, 4));
 }
@@ -92,8 +92,8 @@ async fn the_nacked_message_is_the_very_next_delivery_and_later_ones_wait() {
     let dir = tempfile::tempdir().unwrap();
     let mq = open(dir.path(), "Max Delivery Attempts=0");
     publish_n(&mq, TOPIC, 3).await;
-    let mut c1 = mq.consumer(TOPIC, GROUP).manual_ack().build().unwrap();
-    let mut c2 = mq.consumer(TOPIC, GROUP).manual_ack().build().unwrap();
+    let mut c1 = common_groups::manual(&mq, TOPIC, GROUP, 1);
+    let mut c2 = common_groups::manual(&mq, TOPIC, GROUP, 1);
     for n in 1..=4u32 {
         let d = recv(if n % 2 == 0 { &mut c1 } else { &mut c2 }).await;
         assert_eq!(
@@ -117,12 +117,7 @@ async fn with_several_in_flight_a_nacked_message_is_redelivered_before_new_ones(
     let dir = tempfile::tempdir().unwrap();
     let mq = open(dir.path(), "");
     publish_n(&mq, TOPIC, 6).await;
-    let mut c = mq
-        .consumer(TOPIC, GROUP)
-        .manual_ack()
-        .max_in_flight(3)
-        .build()
-        .unwrap();
+    let mut c = common_groups::manual(&mq, TOPIC, GROUP, 3);
     let d0 = recv(&mut c).await;
     let d1 = recv(&mut c).await;
     let d2 = recv(&mut c).await;
@@ -142,12 +137,7 @@ async fn pending_lists_every_nacked_offset_lowest_first() {
     let dir = tempfile::tempdir().unwrap();
     let mq = open(dir.path(), "");
     publish_n(&mq, TOPIC, 4).await;
-    let mut c = mq
-        .consumer(TOPIC, GROUP)
-        .manual_ack()
-        .max_in_flight(4)
-        .build()
-        .unwrap();
+    let mut c = common_groups::manual(&mq, TOPIC, GROUP, 4);
     let mut ds = Vec::new();
     for _ in 0..4 {
         ds.push(recv(&mut c).await);
@@ -172,7 +162,7 @@ async fn releasing_a_delivery_does_not_count_an_attempt() {
     let dir = tempfile::tempdir().unwrap();
     let mq = open(dir.path(), "");
     publish_n(&mq, TOPIC, 1).await;
-    let mut c = mq.consumer(TOPIC, GROUP).manual_ack().build().unwrap();
+    let mut c = common_groups::manual(&mq, TOPIC, GROUP, 1);
     recv(&mut c).await.nack("one").await.unwrap();
     for _ in 0..3 {
         let d = recv(&mut c).await;
@@ -190,7 +180,7 @@ async fn child_nacks_twice_then_aborts() {
     };
     assert_eq!(role, "nack-twice-abort");
     let mq = open(&dir, "");
-    let mut c = mq.consumer(TOPIC, GROUP).manual_ack().build().unwrap();
+    let mut c = common_groups::manual(&mq, TOPIC, GROUP, 1);
     for n in 1..=2 {
         let out = recv(&mut c)
             .await
@@ -204,26 +194,20 @@ async fn child_nacks_twice_then_aborts() {
 
 #[tokio::test]
 async fn nack_counters_survive_a_process_abort() {
-    let dir = tempfile::tempdir().unwrap();
-    {
-        let mq = open(dir.path(), "");
-        publish_n(&mq, TOPIC, 2).await;
-        mq.close().await.unwrap();
-    }
-    let status = common_groups::run_child(
+    let dir = common_groups::publish_then_abort_child(
+        TOPIC,
+        2,
         "child_nacks_twice_then_aborts",
         "nack-twice-abort",
-        dir.path(),
-        &[],
-    );
-    common_groups::assert_aborted(status);
+    )
+    .await;
     let mq = open(dir.path(), "");
     assert_eq!(
         pending(&mq),
         vec![(0, 2, "crash 2".to_owned())],
         "both nacks were durable when they returned, and nothing was out at the abort"
     );
-    let mut c = mq.consumer(TOPIC, GROUP).manual_ack().build().unwrap();
+    let mut c = common_groups::manual(&mq, TOPIC, GROUP, 1);
     let d = recv(&mut c).await;
     assert_eq!((d.offset(), d.attempt()), (0, 3));
 }

@@ -198,7 +198,7 @@ async fn child_dies_holding_one_delivery() {
     };
     assert_eq!(role, "hold-one");
     let mq = open(&dir, &conn(3));
-    let mut c = mq.consumer(TOPIC, GROUP).manual_ack().build().unwrap();
+    let mut c = common_groups::manual(&mq, TOPIC, GROUP, 1);
     let d = recv(&mut c).await;
     assert_eq!(d.offset(), 0);
     // Make sure the hand-out is recorded as out (what a periodic commit would do).
@@ -229,7 +229,7 @@ async fn one_unclean_stop_charges_one_attempt_to_what_was_out_and_nothing_else()
     assert_eq!(info.pending[0].offset, 0);
     assert_eq!(info.pending[0].attempts, 1);
     assert_eq!(info.pending[0].last_reason, UNCLEAN_STOP_REASON);
-    let mut c = mq.consumer(TOPIC, GROUP).manual_ack().build().unwrap();
+    let mut c = common_groups::manual(&mq, TOPIC, GROUP, 1);
     let d = recv(&mut c).await;
     assert_eq!((d.offset(), d.attempt()), (0, 2));
     d.ack().await.unwrap();

@@ -14,7 +14,7 @@ const TOPIC: &str = "reset.events";
 const GROUP: &str = "workers";
 
 async fn consume_all(mq: &Spool, n: u64) {
-    let mut c = mq.consumer(TOPIC, GROUP).manual_ack().build().unwrap();
+    let mut c = common_groups::manual(mq, TOPIC, GROUP, 1);
     for o in 0..n {
         let d = recv(&mut c).await;
         assert_eq!(d.offset(), o);
@@ -23,7 +23,7 @@ async fn consume_all(mq: &Spool, n: u64) {
 }
 
 async fn first_delivery(mq: &Spool) -> u64 {
-    let mut c = mq.consumer(TOPIC, GROUP).manual_ack().build().unwrap();
+    let mut c = common_groups::manual(mq, TOPIC, GROUP, 1);
     recv(&mut c).await.offset()
 }
 
@@ -53,7 +53,7 @@ async fn latest_skips_to_the_log_end() {
         .await
         .unwrap();
     assert_eq!(at, 5);
-    let mut c = mq.consumer(TOPIC, GROUP).manual_ack().build().unwrap();
+    let mut c = common_groups::manual(&mq, TOPIC, GROUP, 1);
     assert_nothing(&mut c).await;
     publish_n(&mq, TOPIC, 1).await;
     assert_eq!(recv(&mut c).await.offset(), 5);
@@ -208,7 +208,7 @@ async fn reset_clears_attempt_counters_durably() {
         .unwrap();
     assert_eq!(at, 0);
     assert!(mq.group_info(TOPIC, GROUP).unwrap().pending.is_empty());
-    let mut c = mq.consumer(TOPIC, GROUP).manual_ack().build().unwrap();
+    let mut c = common_groups::manual(&mq, TOPIC, GROUP, 1);
     let d = recv(&mut c).await;
     assert_eq!((d.offset(), d.attempt()), (0, 1), "counting starts over");
     drop(d);
@@ -264,12 +264,7 @@ async fn a_delivery_handed_out_before_a_reset_is_fenced() {
     let dir = tempfile::tempdir().unwrap();
     let mq = open(dir.path(), "");
     publish_n(&mq, TOPIC, 5).await;
-    let mut c = mq
-        .consumer(TOPIC, GROUP)
-        .manual_ack()
-        .max_in_flight(3)
-        .build()
-        .unwrap();
+    let mut c = common_groups::manual(&mq, TOPIC, GROUP, 3);
     let d0 = recv(&mut c).await;
     let d1 = recv(&mut c).await;
     let d2 = recv(&mut c).await;
@@ -311,12 +306,12 @@ async fn a_fenced_delivery_does_not_finish_the_same_offset_handed_out_again() {
     let dir = tempfile::tempdir().unwrap();
     let mq = open(dir.path(), "");
     publish_n(&mq, TOPIC, 3).await;
-    let mut old = mq.consumer(TOPIC, GROUP).manual_ack().build().unwrap();
+    let mut old = common_groups::manual(&mq, TOPIC, GROUP, 1);
     let stale = recv(&mut old).await;
     mq.reset_offset(TOPIC, GROUP, OffsetReset::Earliest)
         .await
         .unwrap();
-    let mut new = mq.consumer(TOPIC, GROUP).manual_ack().build().unwrap();
+    let mut new = common_groups::manual(&mq, TOPIC, GROUP, 1);
     let fresh = recv(&mut new).await;
     assert_eq!((stale.offset(), fresh.offset()), (0, 0));
     assert!(matches!(
@@ -364,7 +359,7 @@ async fn a_running_manual_consumer_with_prefetched_records_continues_from_the_ne
     let dir = tempfile::tempdir().unwrap();
     let mq = open(dir.path(), "");
     publish_n(&mq, TOPIC, 50).await;
-    let mut c = mq.consumer(TOPIC, GROUP).manual_ack().build().unwrap();
+    let mut c = common_groups::manual(&mq, TOPIC, GROUP, 1);
     for _ in 0..10 {
         recv(&mut c).await.ack().await.unwrap();
     }
@@ -391,7 +386,7 @@ async fn a_consumer_waiting_at_the_log_end_wakes_on_a_reset_backwards() {
     let mq = open(dir.path(), "");
     publish_n(&mq, TOPIC, 3).await;
     consume_all(&mq, 3).await;
-    let mut c = mq.consumer(TOPIC, GROUP).manual_ack().build().unwrap();
+    let mut c = common_groups::manual(&mq, TOPIC, GROUP, 1);
     let recv = c.recv();
     tokio::pin!(recv);
     assert!(futures_util::poll!(recv.as_mut()).is_pending());
@@ -414,7 +409,7 @@ async fn a_reset_after_a_dead_letter_replays_without_a_second_copy_until_nacked_
     mq.reset_offset(TOPIC, GROUP, OffsetReset::Earliest)
         .await
         .unwrap();
-    let mut c = mq.consumer(TOPIC, GROUP).manual_ack().build().unwrap();
+    let mut c = common_groups::manual(&mq, TOPIC, GROUP, 1);
     let d = recv(&mut c).await;
     assert_eq!((d.offset(), d.attempt()), (0, 1));
     d.ack().await.unwrap();
@@ -446,7 +441,7 @@ async fn child_resets_then_aborts() {
     consume_all(&mq, 4).await;
     mq.nack(TOPIC, GROUP, 4, "one").await.unwrap();
     mq.nack(TOPIC, GROUP, 4, "two").await.unwrap();
-    let mut c = mq.consumer(TOPIC, GROUP).manual_ack().build().unwrap();
+    let mut c = common_groups::manual(&mq, TOPIC, GROUP, 1);
     let held = recv(&mut c).await;
     assert_eq!((held.offset(), held.attempt()), (4, 3));
     let at = mq
@@ -459,20 +454,18 @@ async fn child_resets_then_aborts() {
 
 #[tokio::test]
 async fn a_reset_that_returned_survives_a_process_abort() {
-    let dir = tempfile::tempdir().unwrap();
-    {
-        let mq = open(dir.path(), "");
-        publish_n(&mq, TOPIC, 6).await;
-        mq.close().await.unwrap();
-    }
-    let status =
-        common_groups::run_child("child_resets_then_aborts", "reset-abort", dir.path(), &[]);
-    common_groups::assert_aborted(status);
+    let dir = common_groups::publish_then_abort_child(
+        TOPIC,
+        6,
+        "child_resets_then_aborts",
+        "reset-abort",
+    )
+    .await;
     let mq = open(dir.path(), "");
     let info = mq.group_info(TOPIC, GROUP).unwrap();
     assert_eq!(info.cursor, 2);
     assert!(info.pending.is_empty(), "cleared: {:?}", info.pending);
-    let mut c = mq.consumer(TOPIC, GROUP).manual_ack().build().unwrap();
+    let mut c = common_groups::manual(&mq, TOPIC, GROUP, 1);
     for o in 2..6 {
         let d = recv(&mut c).await;
         assert_eq!(

@@ -26,7 +26,7 @@ async fn a_group_behind_retention_resumes_at_the_earliest_and_counts_the_skip() 
     let dir = tempfile::tempdir().unwrap();
     let mq = open(dir.path(), CONN);
     fill(&mq, 60).await;
-    let mut c = mq.consumer(TOPIC, GROUP).manual_ack().build().unwrap();
+    let mut c = common_groups::manual(&mq, TOPIC, GROUP, 1);
     for o in 0..3 {
         let d = recv(&mut c).await;
         assert_eq!(d.offset(), o);
@@ -66,7 +66,7 @@ async fn a_group_noticed_behind_retention_only_after_a_reopen_counts_the_skip() 
     mq.apply_retention().unwrap();
     let earliest = mq.topic_info(TOPIC).unwrap().earliest;
     assert!(earliest > 1);
-    let mut c = mq.consumer(TOPIC, GROUP).manual_ack().build().unwrap();
+    let mut c = common_groups::manual(&mq, TOPIC, GROUP, 1);
     assert_eq!(recv(&mut c).await.offset(), earliest);
     assert_eq!(mq.group_info(TOPIC, GROUP).unwrap().skipped, earliest - 1);
 }
@@ -76,12 +76,7 @@ async fn acked_offsets_above_the_floor_are_not_counted_as_skipped() {
     let dir = tempfile::tempdir().unwrap();
     let mq = open(dir.path(), CONN);
     fill(&mq, 60).await;
-    let mut c = mq
-        .consumer(TOPIC, GROUP)
-        .manual_ack()
-        .max_in_flight(10)
-        .build()
-        .unwrap();
+    let mut c = common_groups::manual(&mq, TOPIC, GROUP, 10);
     let mut ds = Vec::new();
     for _ in 0..10 {
         ds.push(recv(&mut c).await);
@@ -146,7 +141,7 @@ async fn low_level_ack_after_retention_expects_the_earliest() {
     let dir = tempfile::tempdir().unwrap();
     let mq = open(dir.path(), CONN);
     fill(&mq, 60).await;
-    let mut c = mq.consumer(TOPIC, GROUP).manual_ack().build().unwrap();
+    let mut c = common_groups::manual(&mq, TOPIC, GROUP, 1);
     recv(&mut c).await.ack().await.unwrap();
     mq.apply_retention().unwrap();
     let earliest = mq.topic_info(TOPIC).unwrap().earliest;

@@ -28,24 +28,47 @@ pub fn conn(dir: &Path, extra: &str) -> String {
     format!("Data Source={};{extra}", dir.display())
 }
 
-/// Opens `dir` with extra connection-string settings (`""` for the defaults).
-///
-/// Retries `Error::Locked` for a while: these test binaries spawn child processes from
-/// some tests while others close and reopen, and a child forked in that instant holds a
-/// copy of the just-closed `LOCK` descriptor (and so the `flock`) until it execs. That is
-/// the bug `lock_release_vs_spawn.rs` documents; the retry keeps it from making unrelated
-/// tests flaky. A genuinely held lock still fails after the grace period.
+/// Opens `dir` with extra connection-string settings (`""` for the defaults). (Children
+/// forked by sibling tests briefly hold a just-released `LOCK`; `Spool::open` itself
+/// waits that out, see `lock_release_vs_spawn.rs`.)
 pub fn open(dir: &Path, extra: &str) -> Spool {
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    loop {
-        match Spool::open(&conn(dir, extra)) {
-            Ok(mq) => return mq,
-            Err(spool::Error::Locked { .. }) if std::time::Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            Err(e) => panic!("open spool: {e:?}"),
-        }
+    Spool::open(&conn(dir, extra)).unwrap_or_else(|e| panic!("open spool: {e:?}"))
+}
+
+/// A manual-ack consumer with `max_in_flight` deliveries out at most.
+pub fn manual(mq: &Spool, topic: &str, group: &str, max_in_flight: usize) -> Consumer {
+    mq.consumer(topic, group)
+        .manual_ack()
+        .max_in_flight(max_in_flight)
+        .build()
+        .expect("build consumer")
+}
+
+/// The next `n` deliveries, in order.
+pub async fn take(c: &mut Consumer, n: usize) -> Vec<Delivery> {
+    let mut v = Vec::with_capacity(n);
+    for _ in 0..n {
+        v.push(recv(c).await);
     }
+    v
+}
+
+/// A data directory holding `n` records of `topic` (published, then closed cleanly) on
+/// which the helper test `test` ran as a child in `role` and aborted.
+pub async fn publish_then_abort_child(
+    topic: &str,
+    n: u64,
+    test: &str,
+    role: &str,
+) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    {
+        let mq = open(dir.path(), "");
+        publish_n(&mq, topic, n).await;
+        mq.close().await.expect("close");
+    }
+    assert_aborted(run_child(test, role, dir.path(), &[]));
+    dir
 }
 
 pub fn headers(pairs: &[(&str, &str)]) -> Headers {
