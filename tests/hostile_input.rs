@@ -15,6 +15,8 @@
 //! Not coverable here: an *unreadable* data directory — the tests run as root, who reads
 //! everything regardless of permissions.
 
+mod common_core;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -37,16 +39,7 @@ const MAX_HEADERS: usize = 64 * 1024;
 // ---- the known data and reading it back ---------------------------------------------------
 
 fn payload_of(i: u64) -> Vec<u8> {
-    let len = 40 + (i as usize * 37) % 160;
-    let mut x = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    common_core::payload(i, 40 + (i as usize * 37) % 160)
 }
 
 fn headers_of(i: u64) -> Headers {
@@ -59,16 +52,7 @@ fn headers_of(i: u64) -> Headers {
     h
 }
 
-fn hdr(pairs: &[(&str, &str)]) -> Headers {
-    pairs
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-        .collect()
-}
-
-fn with_id(id: &str) -> Headers {
-    hdr(&[("message-id", id)])
-}
+use common_core::{headers as hdr, with_id};
 
 /// Everything the API shows about the known data.
 #[derive(Debug, PartialEq)]
