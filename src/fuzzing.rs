@@ -104,6 +104,7 @@ fn recover_and_check(
             &[crate::log::Append {
                 payload: b"after",
                 headers: &h,
+                headers_len: 1,
             }],
             2,
         )

@@ -99,6 +99,8 @@ pub struct TopicLog {
 pub struct Append<'a> {
     pub payload: &'a [u8],
     pub headers: &'a Headers,
+    /// `record::headers_len(headers)`, computed once by the caller's validation.
+    pub headers_len: usize,
 }
 
 impl TopicLog {
@@ -229,7 +231,8 @@ impl TopicLog {
         let first = self.active.next();
         let mut pending = Pending::start(&self.active);
         for m in msgs {
-            let hlen = record::headers_len(m.headers);
+            let hlen = m.headers_len;
+            debug_assert_eq!(hlen, record::headers_len(m.headers));
             let frame = (record::RECORD_OVERHEAD + hlen + m.payload.len()) as u64;
             if pending.next > self.active.base && pending.end + frame > self.cfg.segment_bytes {
                 self.flush(&mut pending)?;

@@ -157,8 +157,9 @@ impl Segment {
         })
     }
 
-    /// Opens a sealed segment from its index footer alone (no scan). Falls back to a scan,
-    /// which also rewrites the index, when the footer is missing or disagrees with the file.
+    /// Opens a sealed segment from its index footer, checked against the first index entry
+    /// and the few records after the last one (never a whole scan). Falls back to a full
+    /// scan, which also rewrites the index, when the footer is missing or disagrees.
     pub(crate) fn open_sealed(
         fs: &Fs,
         path: PathBuf,

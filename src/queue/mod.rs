@@ -383,7 +383,8 @@ impl Engine {
     }
 
     /// Checks a message before anything is appended (all-or-nothing batches).
-    fn check_message(&self, payload: &[u8], headers: &Headers) -> Result<()> {
+    /// Returns the encoded headers' length (so the append does not compute it again).
+    fn check_message(&self, payload: &[u8], headers: &Headers) -> Result<usize> {
         if payload.len() > self.opts.max_message_bytes {
             return Err(Error::MessageTooLarge {
                 size: payload.len(),
@@ -409,7 +410,7 @@ impl Engine {
                 });
             }
         }
-        Ok(())
+        Ok(hlen)
     }
 
     /// Appends `msgs` as one write; de-duplicates by `message-id` (a hit returns the
@@ -421,10 +422,16 @@ impl Engine {
         now_ms: u64,
     ) -> Result<Published> {
         names::check(topic)?;
-        for (p, h) in msgs {
-            self.check_message(p, h)?;
-        }
-        let t = self.topic_or_create(topic, now_ms)?;
+        let t = match self.topic(topic) {
+            Some(t) => t,
+            None => {
+                // A batch that would be refused creates no topic.
+                for (p, h) in msgs {
+                    self.check_message(p, h)?;
+                }
+                self.topic_or_create(topic, now_ms)?
+            }
+        };
         let mut guard = lock(&t.writer);
         let w = &mut *guard;
         let first = w.log.next();
@@ -435,6 +442,8 @@ impl Engine {
         let mut new_ids: Vec<(&str, u64)> = Vec::new();
         let mut batch_ids: HashMap<&str, usize> = HashMap::new();
         for &(payload, headers) in msgs {
+            // All or nothing: nothing is appended or remembered before this loop ends.
+            let headers_len = self.check_message(payload, headers)?;
             let id = headers.get(MESSAGE_ID_HEADER).map(String::as_str);
             if let Some(id) = id
                 && w.dedup.enabled()
@@ -454,7 +463,11 @@ impl Engine {
                 new_ids.push((id, first + appends.len() as u64));
             }
             offsets.push(first + appends.len() as u64);
-            appends.push(Append { payload, headers });
+            appends.push(Append {
+                payload,
+                headers,
+                headers_len,
+            });
         }
         if !appends.is_empty() {
             let got = w.log.append(&appends, now_ms)?;
@@ -480,7 +493,15 @@ impl Engine {
     ) -> Result<u64> {
         let t = self.topic_or_create(topic, now_ms)?;
         let mut w = lock(&t.writer);
-        let o = w.log.append(&[Append { payload, headers }], now_ms)?;
+        let headers_len = record::headers_len(headers);
+        let o = w.log.append(
+            &[Append {
+                payload,
+                headers,
+                headers_len,
+            }],
+            now_ms,
+        )?;
         // Not looked up (two groups may dead-letter one message), but remembered, so the
         // window is the same as the one a reopen rebuilds from the log.
         if let Some(id) = headers.get(MESSAGE_ID_HEADER) {
