@@ -39,7 +39,6 @@ struct State {
     durable_names: BTreeMap<PathBuf, u64>,
     dirs: BTreeSet<PathBuf>,
     ops: u64,
-    syncs: u64,
     /// Operation numbers of every `sync_data`/`sync_dir`.
     sync_ops: Vec<u64>,
     cut_at_op: Option<u64>,
@@ -73,11 +72,6 @@ impl SimFs {
     /// Mutating operations so far (writes, resizes, syncs, creations, deletions).
     pub fn ops(&self) -> u64 {
         self.lock().ops
-    }
-
-    /// `sync_data` and `sync_dir` calls so far.
-    pub fn syncs(&self) -> u64 {
-        self.lock().syncs
     }
 
     /// The operation number of every sync so far (cut there: just before it lands).
@@ -266,7 +260,6 @@ impl FileIo for SimHandle {
     fn sync_data(&self) -> std::io::Result<()> {
         let mut s = self.fs.lock();
         s.tick();
-        s.syncs += 1;
         let op = s.ops;
         s.sync_ops.push(op);
         let f = s.file(self.id)?;
@@ -378,7 +371,6 @@ impl Backend for SimFs {
     fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
         let mut s = self.lock();
         s.tick();
-        s.syncs += 1;
         let op = s.ops;
         s.sync_ops.push(op);
         let live: Vec<(PathBuf, u64)> = s

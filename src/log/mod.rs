@@ -347,7 +347,7 @@ impl TopicLog {
     /// and starts a new one.
     fn roll(&mut self, now_ms: u64) -> Result<()> {
         self.active.file.set_len(self.active.end())?;
-        self.active.sync_all()?;
+        self.active.sync_after_resize()?;
         let s = self.active.summary();
         let entries = self.active.index(self.cfg.index_interval_bytes)?;
         segment::write_sealed_index(&self.fs, &self.active.index_path, &entries, &s)?;

@@ -105,7 +105,7 @@ impl Segment {
     }
 
     /// Syncs unconditionally (after a resize, which `sync` would not see as new data).
-    pub fn sync_all(&self) -> Result<()> {
+    pub fn sync_after_resize(&self) -> Result<()> {
         let end = self.end();
         self.file.sync_data().inspect_err(|e| {
             let _ = self.poison.set(format!("sync failed: {e}"));

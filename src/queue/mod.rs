@@ -741,7 +741,7 @@ impl Engine {
 
     /// Low-level ack of the group's cursor.
     pub fn ack_cursor(&self, topic: &str, group: &str, offset: u64) -> Result<()> {
-        self.refuse_if_no_topic(topic, group, offset)?;
+        self.refuse_unless_exists_or_valid(topic, group, offset)?;
         let (t, g) = self.existing_group(topic, group)?;
         let mut g = lock(&g);
         self.clamp(&t, group, &mut g);
@@ -760,7 +760,7 @@ impl Engine {
         reason: &str,
         now_ms: u64,
     ) -> Result<NackOutcome> {
-        self.refuse_if_no_topic(topic, group, offset)?;
+        self.refuse_unless_exists_or_valid(topic, group, offset)?;
         let (t, g) = self.existing_group(topic, group)?;
         let mut g = lock(&g);
         self.clamp(&t, group, &mut g);
@@ -768,21 +768,27 @@ impl Engine {
         self.nack_taken(&t, group, &mut g, offset, reason, now_ms)
     }
 
-    /// A low-level ack or nack of a topic that does not exist fails as it would on an empty
-    /// topic, without creating the topic as a side effect of a refused call.
-    fn refuse_if_no_topic(&self, topic: &str, group: &str, offset: u64) -> Result<()> {
+    /// A low-level ack or nack addressed to a topic or group that does not exist yet is
+    /// checked against the state it would start in (cursor at the earliest offset), so a
+    /// refused call creates neither: only a call that succeeds brings them into being.
+    fn refuse_unless_exists_or_valid(&self, topic: &str, group: &str, offset: u64) -> Result<()> {
         names::check(topic)?;
         names::check(group)?;
-        if self.topic(topic).is_some() {
-            return Ok(());
-        }
-        Err(match offset {
-            0 => Error::OffsetOutOfRange { offset, next: 0 },
-            _ => Error::NotAtCursor {
-                expected: 0,
+        let (cursor, next) = match self.topic(topic) {
+            Some(t) if lock(&t.groups).contains_key(group) => return Ok(()),
+            Some(t) => (t.reader.earliest(), t.reader.next()),
+            None => (0, 0),
+        };
+        if offset != cursor {
+            return Err(Error::NotAtCursor {
+                expected: cursor,
                 actual: offset,
-            },
-        })
+            });
+        }
+        if offset >= next {
+            return Err(Error::OffsetOutOfRange { offset, next });
+        }
+        Ok(())
     }
 
     fn take_cursor(&self, t: &Topic, g: &mut Group, offset: u64) -> Result<()> {
