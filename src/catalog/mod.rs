@@ -5,13 +5,17 @@
 //!
 //! Group commit: every write goes through one committer thread, which takes all queued
 //! change sets, applies them in queue order in one transaction and answers them all.
-//! Callers enqueue while holding the lock of the state they snapshot, so snapshots of one
-//! group reach the catalog in the order they were taken.
+//! A change set may name a [`Snapshotter`] instead of carrying a snapshot: the committer
+//! takes that snapshot itself when it writes, once per commit however many change sets
+//! named it (many acks of one group, one group image). Every group image carries the
+//! sequence number it was taken with, and an image older than one already written is
+//! skipped, so images reach the catalog newest-last whichever path wrote them.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
@@ -78,7 +82,11 @@ pub struct DeadLetterIntent {
 #[derive(Clone, Debug)]
 pub enum Op {
     PutTopic(String, TopicRecord),
-    PutGroup(String, String, GroupRecord),
+    /// A group image and its snapshot sequence number (per group, increasing with its
+    /// state): an image older than one already written is not written.
+    PutGroup(String, String, GroupRecord, u64),
+    /// Whatever `try_ops` of the snapshotter returns when the committer writes.
+    Snapshot(Arc<dyn Snapshotter>),
     PutAttempt(String, String, u64, AttemptRecord),
     DeleteAttempt(String, String, u64),
     ClearAttempts(String, String),
@@ -110,6 +118,16 @@ impl redb::StorageBackend for FileStorage {
     fn write(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
         self.0.write_all_at(data, offset)
     }
+}
+
+/// State the committer snapshots itself, when it writes (see the module docs).
+pub trait Snapshotter: Send + Sync + std::fmt::Debug {
+    /// The ops that persist the current state; `None` while its lock is held (the holder
+    /// may be waiting for this very committer, so the committer must never block on it).
+    /// Must not return `Snapshot` ops.
+    fn try_ops(&self) -> Option<Vec<Op>>;
+    /// The same for every snapshotter of the same state: one snapshot serves them all.
+    fn key(&self) -> usize;
 }
 
 /// Called once a submitted change set is durable (or failed).
@@ -310,28 +328,82 @@ impl Catalog {
     }
 }
 
+/// How long the committer waits before asking a busy snapshotter again.
+const SNAPSHOT_RETRY: Duration = Duration::from_micros(50);
+
 fn run_committer(db: &Database, rx: mpsc::Receiver<Job>) {
-    while let Ok(first) = rx.recv() {
-        let mut jobs = vec![first];
-        jobs.extend(rx.try_iter());
-        let result = apply(db, &jobs).map_err(|e| e.to_string());
-        for job in jobs {
+    // Newest group image written, per group: an older one arriving later is skipped.
+    let mut written: HashMap<(String, String), u64> = HashMap::new();
+    // Jobs whose snapshot could not be taken yet (its state was locked).
+    let mut waiting: Vec<Job> = Vec::new();
+    let mut open = true;
+    while open || !waiting.is_empty() {
+        let mut jobs = std::mem::take(&mut waiting);
+        if open {
+            let next = if jobs.is_empty() {
+                rx.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected)
+            } else {
+                rx.recv_timeout(SNAPSHOT_RETRY)
+            };
+            match next {
+                Ok(job) => jobs.push(job),
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => open = false,
+            }
+            jobs.extend(rx.try_iter());
+        } else {
+            std::thread::sleep(SNAPSHOT_RETRY);
+        }
+        // One snapshot per snapshotter for the whole batch, taken now (after every job
+        // naming it was queued, so it covers their changes).
+        let mut snaps: HashMap<usize, Option<Vec<Op>>> = HashMap::new();
+        for job in &jobs {
+            for op in &job.ops {
+                if let Op::Snapshot(s) = op {
+                    snaps.entry(s.key()).or_insert_with(|| s.try_ops());
+                }
+            }
+        }
+        let (ready, later): (Vec<Job>, Vec<Job>) = jobs.into_iter().partition(|job| {
+            job.ops.iter().all(|op| match op {
+                Op::Snapshot(s) => snaps.get(&s.key()).is_some_and(Option::is_some),
+                _ => true,
+            })
+        });
+        waiting = later;
+        // Snapshots come last: they are the newest state of their groups.
+        let taken: Vec<Op> = snaps.into_values().flatten().flatten().collect();
+        if ready.is_empty() && taken.is_empty() {
+            continue;
+        }
+        let result = apply(db, &ready, &taken, &mut written).map_err(|e| e.to_string());
+        for job in ready {
             (job.done)(result.clone());
         }
     }
 }
 
-/// One transaction for all `jobs`, in order. Only the last snapshot of each group is
-/// written: earlier ones in the same transaction would be overwritten anyway.
-fn apply(db: &Database, jobs: &[Job]) -> Result<()> {
-    let mut last_put: HashMap<(&str, &str), (usize, usize)> = HashMap::new();
-    for (j, job) in jobs.iter().enumerate() {
-        for (i, op) in job.ops.iter().enumerate() {
-            if let Op::PutGroup(t, g, _) = op {
-                last_put.insert((t.as_str(), g.as_str()), (j, i));
-            }
+/// One transaction for `jobs` in order, then `tail`. Of the group images, only the newest
+/// of each group is written, and only if it is newer than the one written before.
+fn apply(
+    db: &Database,
+    jobs: &[Job],
+    tail: &[Op],
+    written: &mut HashMap<(String, String), u64>,
+) -> Result<()> {
+    let all = || jobs.iter().flat_map(|j| j.ops.iter()).chain(tail.iter());
+    let mut newest: HashMap<(&str, &str), u64> = HashMap::new();
+    for op in all() {
+        if let Op::PutGroup(t, g, _, seq) = op {
+            let e = newest.entry((t.as_str(), g.as_str())).or_insert(*seq);
+            *e = (*e).max(*seq);
         }
     }
+    newest.retain(|&(t, g), seq| {
+        written
+            .get(&(t.to_owned(), g.to_owned()))
+            .is_none_or(|w| *w < *seq)
+    });
     let txn = db.begin_write().map_err(|e| cat_err("committing", e))?;
     {
         let mut topics = txn
@@ -348,49 +420,52 @@ fn apply(db: &Database, jobs: &[Job]) -> Result<()> {
             .map_err(|e| cat_err("committing", e))?;
         let mut meta = txn.open_table(META).map_err(|e| cat_err("committing", e))?;
         let w = |e: redb::StorageError| cat_err("writing", e);
-        for (j, job) in jobs.iter().enumerate() {
-            for (i, op) in job.ops.iter().enumerate() {
-                match op {
-                    Op::PutTopic(t, r) => {
-                        topics.insert(t.as_str(), enc(r)?.as_slice()).map_err(w)?;
-                    }
-                    Op::PutGroup(t, g, r) => {
-                        if last_put.get(&(t.as_str(), g.as_str())) == Some(&(j, i)) {
-                            groups
-                                .insert((t.as_str(), g.as_str()), enc(r)?.as_slice())
-                                .map_err(w)?;
-                        }
-                    }
-                    Op::PutAttempt(t, g, o, r) => {
-                        attempts
-                            .insert((t.as_str(), g.as_str(), *o), enc(r)?.as_slice())
+        for op in all() {
+            match op {
+                Op::PutTopic(t, r) => {
+                    topics.insert(t.as_str(), enc(r)?.as_slice()).map_err(w)?;
+                }
+                Op::PutGroup(t, g, r, seq) => {
+                    if newest.get(&(t.as_str(), g.as_str())) == Some(seq) {
+                        groups
+                            .insert((t.as_str(), g.as_str()), enc(r)?.as_slice())
                             .map_err(w)?;
                     }
-                    Op::DeleteAttempt(t, g, o) => {
-                        attempts.remove((t.as_str(), g.as_str(), *o)).map_err(w)?;
-                    }
-                    Op::ClearAttempts(t, g) => {
-                        let (t, g) = (t.as_str(), g.as_str());
-                        attempts
-                            .retain_in((t, g, 0)..=(t, g, u64::MAX), |_, _| false)
-                            .map_err(w)?;
-                    }
-                    Op::PutIntent(t, g, o, r) => {
-                        intents
-                            .insert((t.as_str(), g.as_str(), *o), enc(r)?.as_slice())
-                            .map_err(w)?;
-                    }
-                    Op::DeleteIntent(t, g, o) => {
-                        intents.remove((t.as_str(), g.as_str(), *o)).map_err(w)?;
-                    }
-                    Op::SetClean(c) => {
-                        meta.insert(META_CLEAN, enc(c)?.as_slice()).map_err(w)?;
-                    }
+                }
+                Op::Snapshot(_) => {}
+                Op::PutAttempt(t, g, o, r) => {
+                    attempts
+                        .insert((t.as_str(), g.as_str(), *o), enc(r)?.as_slice())
+                        .map_err(w)?;
+                }
+                Op::DeleteAttempt(t, g, o) => {
+                    attempts.remove((t.as_str(), g.as_str(), *o)).map_err(w)?;
+                }
+                Op::ClearAttempts(t, g) => {
+                    let (t, g) = (t.as_str(), g.as_str());
+                    attempts
+                        .retain_in((t, g, 0)..=(t, g, u64::MAX), |_, _| false)
+                        .map_err(w)?;
+                }
+                Op::PutIntent(t, g, o, r) => {
+                    intents
+                        .insert((t.as_str(), g.as_str(), *o), enc(r)?.as_slice())
+                        .map_err(w)?;
+                }
+                Op::DeleteIntent(t, g, o) => {
+                    intents.remove((t.as_str(), g.as_str(), *o)).map_err(w)?;
+                }
+                Op::SetClean(c) => {
+                    meta.insert(META_CLEAN, enc(c)?.as_slice()).map_err(w)?;
                 }
             }
         }
     }
-    txn.commit().map_err(|e| cat_err("committing", e))
+    txn.commit().map_err(|e| cat_err("committing", e))?;
+    for ((t, g), seq) in newest {
+        written.insert((t.to_owned(), g.to_owned()), seq);
+    }
+    Ok(())
 }
 
 fn open_db(fs: &Fs, path: &Path) -> Result<Database> {
@@ -456,4 +531,79 @@ fn init(db: &Database, path: &Path) -> Result<()> {
             .map_err(|e| cat_err("opening", e))?;
     }
     txn.commit().map_err(|e| cat_err("creating tables", e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    fn image(cursor: u64) -> GroupRecord {
+        GroupRecord {
+            cursor,
+            ..GroupRecord::default()
+        }
+    }
+
+    fn put(cursor: u64, seq: u64) -> Op {
+        Op::PutGroup("t".into(), "g".into(), image(cursor), seq)
+    }
+
+    fn cursor(c: &Catalog) -> u64 {
+        c.groups().expect("groups")[&("t".to_owned(), "g".to_owned())].cursor
+    }
+
+    #[test]
+    fn an_older_group_image_never_overwrites_a_newer_one() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let c = Catalog::open(&Fs::real(), &dir.path().join("catalog.redb")).expect("open");
+        c.commit(&[put(5, 2)]).expect("commit");
+        // Taken earlier (seq 1) but queued later: skipped.
+        c.commit(&[put(3, 1)]).expect("commit");
+        assert_eq!(cursor(&c), 5);
+        // In one batch, the newest wins whatever its position.
+        c.commit(&[put(9, 4), put(7, 3)]).expect("commit");
+        assert_eq!(cursor(&c), 9);
+    }
+
+    /// Busy (locked) the first `busy` times it is asked, then returns an image.
+    #[derive(Debug)]
+    struct Busy {
+        busy: usize,
+        asked: AtomicUsize,
+    }
+
+    impl Snapshotter for Busy {
+        fn try_ops(&self) -> Option<Vec<Op>> {
+            let n = self.asked.fetch_add(1, Ordering::SeqCst);
+            (n >= self.busy).then(|| vec![put(42, 100 + n as u64)])
+        }
+        fn key(&self) -> usize {
+            1
+        }
+    }
+
+    #[test]
+    fn a_busy_snapshot_waits_without_holding_up_other_commits() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let c = Catalog::open(&Fs::real(), &dir.path().join("catalog.redb")).expect("open");
+        let s = Arc::new(Busy {
+            busy: 3,
+            asked: AtomicUsize::new(0),
+        });
+        let (tx, rx) = mpsc::channel();
+        c.commit_then(
+            vec![Op::Snapshot(s.clone())],
+            Box::new(move |r| tx.send(r).expect("send")),
+        );
+        // Another change set commits meanwhile (the committer never blocks on the busy one).
+        c.commit(&[Op::PutTopic("x".into(), TopicRecord::default())])
+            .expect("commit");
+        rx.recv().expect("answer").expect("durable");
+        assert!(
+            s.asked.load(Ordering::SeqCst) >= 4,
+            "asked again until free"
+        );
+        assert_eq!(cursor(&c), 42);
+    }
 }

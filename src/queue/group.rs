@@ -41,6 +41,8 @@ pub struct Group {
     pub next_token: u64,
     /// Records from `read_pos` on, read ahead in batches.
     pub prefetch: VecDeque<Record>,
+    /// Sequence number of the last image taken by `snapshot` (orders images in the catalog).
+    snap_seq: u64,
 }
 
 impl Group {
@@ -88,7 +90,15 @@ impl Group {
             stale_attempts: Vec::new(),
             next_token: 1,
             prefetch: VecDeque::new(),
+            snap_seq: 0,
         }
+    }
+
+    /// The durable image of this group and its sequence number: a later image has a
+    /// higher one, so the catalog never lets an older image overwrite a newer one.
+    pub fn snapshot(&mut self) -> (GroupRecord, u64) {
+        self.snap_seq += 1;
+        (self.record(), self.snap_seq)
     }
 
     /// The durable image of this group.

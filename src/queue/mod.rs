@@ -13,11 +13,11 @@ pub mod names;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, TryLockError};
 
 use crate::Headers;
 pub use crate::catalog::Done;
-use crate::catalog::{AttemptRecord, Catalog, DeadLetterIntent, Op, TopicRecord};
+use crate::catalog::{AttemptRecord, Catalog, DeadLetterIntent, Op, Snapshotter, TopicRecord};
 use crate::error::{Error, Result};
 use crate::format::record::{self, Record};
 use crate::io::{DirLock, Fs};
@@ -138,6 +138,7 @@ pub struct GroupRef {
     topic: Arc<Topic>,
     group: Arc<Mutex<Group>>,
     name: Arc<str>,
+    snapshotter: Arc<dyn Snapshotter>,
 }
 
 impl GroupRef {
@@ -188,6 +189,43 @@ impl Topic {
     /// The segment that holds the newest records.
     pub fn active_segment(&self) -> Arc<Segment> {
         lock(&self.writer).log.active().clone()
+    }
+}
+
+/// The ops that persist `g` as it is now (its image and the attempt rows it dropped).
+fn group_ops(topic: &str, group: &str, g: &mut Group) -> Vec<Op> {
+    let mut ops: Vec<Op> = g
+        .stale_attempts
+        .drain(..)
+        .map(|o| Op::DeleteAttempt(topic.to_owned(), group.to_owned(), o))
+        .collect();
+    let (rec, seq) = g.snapshot();
+    ops.push(Op::PutGroup(topic.to_owned(), group.to_owned(), rec, seq));
+    g.dirty = false;
+    ops
+}
+
+/// Lets the catalog's committer take a group's image itself, once per commit, for the
+/// explicit acks queued since the last one.
+#[derive(Debug)]
+struct GroupSnapshotter {
+    topic: String,
+    name: Arc<str>,
+    group: Arc<Mutex<Group>>,
+}
+
+impl Snapshotter for GroupSnapshotter {
+    fn try_ops(&self) -> Option<Vec<Op>> {
+        let mut g = match self.group.try_lock() {
+            Ok(g) => g,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => return None,
+        };
+        Some(group_ops(&self.topic, &self.name, &mut g))
+    }
+
+    fn key(&self) -> usize {
+        Arc::as_ptr(&self.group) as usize
     }
 }
 
@@ -276,7 +314,8 @@ impl Engine {
                 tracing::warn!(topic = %topic, group = %group, charged = rec.in_flight.len(),
                     careful_until = g.careful_until, "unclean stop: charged deliveries that were out");
             }
-            ops.push(Op::PutGroup(topic.clone(), group.clone(), g.record()));
+            let (rec, seq) = g.snapshot();
+            ops.push(Op::PutGroup(topic.clone(), group.clone(), rec, seq));
             lock(&t.groups).insert(group, Arc::new(Mutex::new(g)));
         }
         engine.catalog.commit(&ops)?;
@@ -571,10 +610,16 @@ impl Engine {
         let t = self.topic_or_create(topic, now_ms)?;
         let g = self.group(&t, group)?;
         lock(&g).max_in_flight = max_in_flight.max(1);
+        let name: Arc<str> = Arc::from(group);
         Ok(GroupRef {
+            snapshotter: Arc::new(GroupSnapshotter {
+                topic: t.name.clone(),
+                name: name.clone(),
+                group: g.clone(),
+            }),
             topic: t,
             group: g,
-            name: Arc::from(group),
+            name,
         })
     }
 
@@ -621,18 +666,16 @@ impl Engine {
         // Make sure a crash while this delivery is out can be blamed on it (see group.rs).
         let careful = offset < g.careful_until;
         if careful || offset >= g.lease_end {
-            let mut rec = g.record();
+            let (mut rec, seq) = g.snapshot();
             if careful {
                 rec.in_flight.push(offset);
             } else {
                 rec.lease_end = offset + LEASE_RECORDS;
             }
-            self.catalog.commit(&[Op::PutGroup(
-                t.name.clone(),
-                r.name.to_string(),
-                rec.clone(),
-            )])?;
-            g.lease_end = rec.lease_end;
+            let lease_end = rec.lease_end;
+            self.catalog
+                .commit(&[Op::PutGroup(t.name.clone(), r.name.to_string(), rec, seq)])?;
+            g.lease_end = lease_end;
             if g.stale_attempts.is_empty() {
                 g.dirty = false;
             }
@@ -648,14 +691,7 @@ impl Engine {
     }
 
     fn group_ops(&self, topic: &str, group: &str, g: &mut Group) -> Vec<Op> {
-        let mut ops: Vec<Op> = g
-            .stale_attempts
-            .drain(..)
-            .map(|o| Op::DeleteAttempt(topic.to_owned(), group.to_owned(), o))
-            .collect();
-        ops.push(Op::PutGroup(topic.to_owned(), group.to_owned(), g.record()));
-        g.dirty = false;
-        ops
+        group_ops(topic, group, g)
     }
 
     fn existing_group(&self, topic: &str, group: &str) -> Result<(Arc<Topic>, Arc<Mutex<Group>>)> {
@@ -696,10 +732,11 @@ impl Engine {
         g.in_flight.remove(&offset);
         g.finish(offset);
         match durable {
-            // Queued under the group lock: snapshots reach the catalog in order.
+            // The committer takes the group's image when it writes: one for all the acks
+            // queued meanwhile (taken after this one was applied, so it includes it).
             Some(done) => {
-                let ops = self.group_ops(&r.topic.name, &r.name, g);
-                self.catalog.commit_then(ops, done);
+                self.catalog
+                    .commit_then(vec![Op::Snapshot(r.snapshotter.clone())], done);
             }
             // In careful mode every step is committed, so a crash blames exactly one delivery.
             None if offset < g.careful_until => {
