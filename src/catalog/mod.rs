@@ -5,15 +5,19 @@
 //!
 //! Group commit: every write goes through one committer thread, which takes all queued
 //! change sets, applies them in queue order in one transaction and answers them all.
-//! A change set may name a [`Snapshotter`] instead of carrying a snapshot: the committer
-//! takes that snapshot itself when it writes, once per commit however many change sets
-//! named it (many acks of one group, one group image). Every group image carries the
-//! sequence number it was taken with, and an image older than one already written is
-//! skipped, so images reach the catalog newest-last whichever path wrote them.
+//!
+//! Durable acks go a cheaper way: an ack queues its group's [`Snapshotter`] (once until
+//! the committer takes it) and gets a *ticket*; the committer takes the group's image
+//! itself when it writes, one image per commit however many acks came meanwhile, and then
+//! moves the durable watermark of [`AckWatch`] over every ticket the commit covers. Every
+//! group image carries the sequence number it was taken with, and an image older than one
+//! already written is skipped, so images reach the catalog newest-last whichever path
+//! wrote them.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, mpsc};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -85,8 +89,6 @@ pub enum Op {
     /// A group image and its snapshot sequence number (per group, increasing with its
     /// state): an image older than one already written is not written.
     PutGroup(String, String, GroupRecord, u64),
-    /// Whatever `try_ops` of the snapshotter returns when the committer writes.
-    Snapshot(Arc<dyn Snapshotter>),
     PutAttempt(String, String, u64, AttemptRecord),
     DeleteAttempt(String, String, u64),
     ClearAttempts(String, String),
@@ -121,13 +123,85 @@ impl redb::StorageBackend for FileStorage {
 }
 
 /// State the committer snapshots itself, when it writes (see the module docs).
+///
+/// Contract with [`Catalog::ack_ticket`]: the caller changes the state and asks for its
+/// ticket under the state's lock, queuing the snapshotter unless it is already queued;
+/// `try_ops` marks it no longer queued under that same lock, just before taking the image.
 pub trait Snapshotter: Send + Sync + std::fmt::Debug {
     /// The ops that persist the current state; `None` while its lock is held (the holder
     /// may be waiting for this very committer, so the committer must never block on it).
-    /// Must not return `Snapshot` ops.
     fn try_ops(&self) -> Option<Vec<Op>>;
     /// The same for every snapshotter of the same state: one snapshot serves them all.
     fn key(&self) -> usize;
+}
+
+/// Which ack tickets are durable. Tickets are handed out in increasing order; every
+/// ticket up to `durable` is decided, and failed unless it lies in a recorded failure.
+pub struct AckWatch {
+    issued: AtomicU64,
+    durable: AtomicU64,
+    failed: AtomicBool,
+    failures: Mutex<Vec<(u64, u64, String)>>,
+    /// Called after `durable` moved (the runtime wakes the waiting acks).
+    hook: OnceLock<Box<dyn Fn() + Send + Sync>>,
+}
+
+impl std::fmt::Debug for AckWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AckWatch")
+            .field("issued", &self.issued)
+            .field("durable", &self.durable)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AckWatch {
+    fn new() -> AckWatch {
+        AckWatch {
+            issued: AtomicU64::new(0),
+            durable: AtomicU64::new(0),
+            failed: AtomicBool::new(false),
+            failures: Mutex::new(Vec::new()),
+            hook: OnceLock::new(),
+        }
+    }
+
+    /// `None` while `ticket` is not decided; then whether its commit succeeded.
+    pub fn outcome(&self, ticket: u64) -> Option<Result<(), String>> {
+        if self.durable.load(Ordering::Acquire) < ticket {
+            return None;
+        }
+        if self.failed.load(Ordering::Acquire) {
+            let f = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some((_, _, why)) = f.iter().find(|(a, b, _)| *a < ticket && ticket <= *b) {
+                return Some(Err(why.clone()));
+            }
+        }
+        Some(Ok(()))
+    }
+
+    /// Runs `hook` every time tickets become decided (set once; later calls are ignored).
+    pub fn on_decided(&self, hook: Box<dyn Fn() + Send + Sync>) {
+        let _ = self.hook.set(hook);
+    }
+
+    fn decide(&self, upto: u64, result: &Result<(), String>) {
+        let from = self.durable.load(Ordering::Acquire);
+        if upto <= from {
+            return;
+        }
+        if let Err(why) = result {
+            self.failures
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((from, upto, why.clone()));
+            self.failed.store(true, Ordering::Release);
+        }
+        self.durable.store(upto, Ordering::Release);
+        if let Some(h) = self.hook.get() {
+            h();
+        }
+    }
 }
 
 /// Called once a submitted change set is durable (or failed).
@@ -138,10 +212,16 @@ struct Job {
     done: Done,
 }
 
+enum Msg {
+    Job(Job),
+    Snapshot(Arc<dyn Snapshotter>),
+}
+
 pub struct Catalog {
     db: Arc<Database>,
     path: std::path::PathBuf,
-    tx: Mutex<Option<mpsc::Sender<Job>>>,
+    tx: Mutex<Option<mpsc::Sender<Msg>>>,
+    acks: Arc<AckWatch>,
     committer: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -205,18 +285,21 @@ impl Catalog {
         let db = open_db(fs, path)?;
         init(&db, path)?;
         let db = Arc::new(db);
-        let (tx, rx) = mpsc::channel::<Job>();
+        let (tx, rx) = mpsc::channel::<Msg>();
+        let acks = Arc::new(AckWatch::new());
         let committer = {
             let db = db.clone();
+            let acks = acks.clone();
             std::thread::Builder::new()
                 .name("spool-catalog".into())
-                .spawn(move || run_committer(&db, rx))
+                .spawn(move || run_committer(&db, &rx, &acks))
                 .map_err(|e| Error::io("starting the catalog thread", e))?
         };
         Ok(Catalog {
             db,
             path: path.to_owned(),
             tx: Mutex::new(Some(tx)),
+            acks,
             committer: Mutex::new(Some(committer)),
         })
     }
@@ -224,15 +307,35 @@ impl Catalog {
     /// Queues `ops`; `done` runs once they are durable (shared with concurrent commits).
     pub fn commit_then(&self, ops: Vec<Op>, done: Done) {
         let tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
-        let job = Job { ops, done };
-        match tx.as_ref() {
-            Some(tx) => {
-                if let Err(mpsc::SendError(job)) = tx.send(job) {
-                    (job.done)(Err("the catalog is closed".into()));
-                }
-            }
-            None => (job.done)(Err("the catalog is closed".into())),
+        let msg = Msg::Job(Job { ops, done });
+        let unsent = match tx.as_ref() {
+            Some(tx) => tx.send(msg).err().map(|mpsc::SendError(m)| m),
+            None => Some(msg),
+        };
+        if let Some(Msg::Job(job)) = unsent {
+            (job.done)(Err("the catalog is closed".into()));
         }
+    }
+
+    /// A ticket for a change already made to the state of `snapshotter`, which is queued
+    /// when `queue` (it was not queued yet); the ticket is durable once [`AckWatch`] says
+    /// so. Call under the state's lock (see [`Snapshotter`]).
+    pub fn ack_ticket(&self, snapshotter: &Arc<dyn Snapshotter>, queue: bool) -> Result<u64> {
+        if queue {
+            let tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
+            let sent = tx
+                .as_ref()
+                .is_some_and(|tx| tx.send(Msg::Snapshot(snapshotter.clone())).is_ok());
+            if !sent {
+                return Err(cat_err("committing", "the catalog is closed"));
+            }
+        }
+        Ok(self.acks.issued.fetch_add(1, Ordering::SeqCst) + 1)
+    }
+
+    /// Where durable acks learn that their ticket is decided.
+    pub fn ack_watch(&self) -> &Arc<AckWatch> {
+        &self.acks
     }
 
     /// Applies `ops` durably, waiting for the commit (which may cover other callers' ops).
@@ -331,54 +434,78 @@ impl Catalog {
 /// How long the committer waits before asking a busy snapshotter again.
 const SNAPSHOT_RETRY: Duration = Duration::from_micros(50);
 
-fn run_committer(db: &Database, rx: mpsc::Receiver<Job>) {
+/// Each round: wait for a message, note the last issued ticket, drain the queue, take the
+/// queued snapshots, commit, and decide every ticket up to the noted one. A ticket issued
+/// before the note had its snapshotter queued before it (by its ack or an earlier one
+/// not yet taken), so the snapshot covering it was taken in this round or an earlier one,
+/// unless it is still waiting for its lock: then no ticket is decided this round.
+fn run_committer(db: &Database, rx: &mpsc::Receiver<Msg>, acks: &AckWatch) {
     // Newest group image written, per group: an older one arriving later is skipped.
     let mut written: HashMap<(String, String), u64> = HashMap::new();
-    // Jobs whose snapshot could not be taken yet (its state was locked).
-    let mut waiting: Vec<Job> = Vec::new();
+    // Snapshotters whose state was locked when asked: asked again next round.
+    let mut waiting: Vec<Arc<dyn Snapshotter>> = Vec::new();
+    // A failed commit while a snapshot was still waiting: the tickets are decided later,
+    // and as failed (some of them were covered by the failed commit).
+    let mut carried: Option<String> = None;
     let mut open = true;
-    while open || !waiting.is_empty() {
-        let mut jobs = std::mem::take(&mut waiting);
+    loop {
+        let undecided = acks.issued.load(Ordering::SeqCst) > acks.durable.load(Ordering::SeqCst);
+        let mut msgs = Vec::new();
         if open {
-            let next = if jobs.is_empty() {
+            let first = if waiting.is_empty() && !undecided {
                 rx.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected)
+            } else if waiting.is_empty() {
+                rx.try_recv().map_err(|e| match e {
+                    mpsc::TryRecvError::Empty => mpsc::RecvTimeoutError::Timeout,
+                    mpsc::TryRecvError::Disconnected => mpsc::RecvTimeoutError::Disconnected,
+                })
             } else {
                 rx.recv_timeout(SNAPSHOT_RETRY)
             };
-            match next {
-                Ok(job) => jobs.push(job),
+            match first {
+                Ok(m) => msgs.push(m),
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
                 Err(mpsc::RecvTimeoutError::Disconnected) => open = false,
             }
-            jobs.extend(rx.try_iter());
-        } else {
+        } else if waiting.is_empty() && !undecided {
+            return;
+        } else if !waiting.is_empty() {
             std::thread::sleep(SNAPSHOT_RETRY);
         }
-        // One snapshot per snapshotter for the whole batch, taken now (after every job
-        // naming it was queued, so it covers their changes).
-        let mut snaps: HashMap<usize, Option<Vec<Op>>> = HashMap::new();
-        for job in &jobs {
-            for op in &job.ops {
-                if let Op::Snapshot(s) = op {
-                    snaps.entry(s.key()).or_insert_with(|| s.try_ops());
-                }
+        let noted = acks.issued.load(Ordering::SeqCst);
+        msgs.extend(rx.try_iter());
+        let mut jobs = Vec::new();
+        for m in msgs {
+            match m {
+                Msg::Job(j) => jobs.push(j),
+                Msg::Snapshot(s) => waiting.push(s),
             }
         }
-        let (ready, later): (Vec<Job>, Vec<Job>) = jobs.into_iter().partition(|job| {
-            job.ops.iter().all(|op| match op {
-                Op::Snapshot(s) => snaps.get(&s.key()).is_some_and(Option::is_some),
-                _ => true,
-            })
-        });
-        waiting = later;
-        // Snapshots come last: they are the newest state of their groups.
-        let taken: Vec<Op> = snaps.into_values().flatten().flatten().collect();
-        if ready.is_empty() && taken.is_empty() {
-            continue;
+        // One image per state, taken now: after every change its tickets stand for.
+        let mut keys = std::collections::HashSet::new();
+        let mut taken = Vec::new();
+        let mut busy = Vec::new();
+        for s in waiting.drain(..) {
+            if !keys.insert(s.key()) {
+                continue;
+            }
+            match s.try_ops() {
+                Some(ops) => taken.extend(ops),
+                None => busy.push(s),
+            }
         }
-        let result = apply(db, &ready, &taken, &mut written).map_err(|e| e.to_string());
-        for job in ready {
-            (job.done)(result.clone());
+        waiting = busy;
+        if !jobs.is_empty() || !taken.is_empty() {
+            let result = apply(db, &jobs, &taken, &mut written).map_err(|e| e.to_string());
+            for job in jobs {
+                (job.done)(result.clone());
+            }
+            if let Err(e) = &result {
+                carried = Some(e.clone());
+            }
+        }
+        if waiting.is_empty() {
+            acks.decide(noted, &carried.take().map_or(Ok(()), Err));
         }
     }
 }
@@ -432,7 +559,6 @@ fn apply(
                             .map_err(w)?;
                     }
                 }
-                Op::Snapshot(_) => {}
                 Op::PutAttempt(t, g, o, r) => {
                     attempts
                         .insert((t.as_str(), g.as_str(), *o), enc(r)?.as_slice())
@@ -587,21 +713,26 @@ mod tests {
     fn a_busy_snapshot_waits_without_holding_up_other_commits() {
         let dir = tempfile::tempdir().expect("tempdir");
         let c = Catalog::open(&Fs::real(), &dir.path().join("catalog.redb")).expect("open");
-        let s = Arc::new(Busy {
+        let busy = Arc::new(Busy {
             busy: 3,
             asked: AtomicUsize::new(0),
         });
-        let (tx, rx) = mpsc::channel();
-        c.commit_then(
-            vec![Op::Snapshot(s.clone())],
-            Box::new(move |r| tx.send(r).expect("send")),
-        );
+        let s: Arc<dyn Snapshotter> = busy.clone();
+        let ticket = c.ack_ticket(&s, true).expect("ticket");
         // Another change set commits meanwhile (the committer never blocks on the busy one).
         c.commit(&[Op::PutTopic("x".into(), TopicRecord::default())])
             .expect("commit");
-        rx.recv().expect("answer").expect("durable");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let outcome = loop {
+            if let Some(o) = c.ack_watch().outcome(ticket) {
+                break o;
+            }
+            assert!(std::time::Instant::now() < deadline, "ticket never decided");
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        outcome.expect("durable");
         assert!(
-            s.asked.load(Ordering::SeqCst) >= 4,
+            busy.asked.load(Ordering::SeqCst) >= 4,
             "asked again until free"
         );
         assert_eq!(cursor(&c), 42);

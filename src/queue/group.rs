@@ -43,6 +43,8 @@ pub struct Group {
     pub prefetch: VecDeque<Record>,
     /// Sequence number of the last image taken by `snapshot` (orders images in the catalog).
     snap_seq: u64,
+    /// The catalog's committer has this group's snapshotter queued (see `Catalog::ack_ticket`).
+    pub snapshot_queued: bool,
 }
 
 impl Group {
@@ -91,6 +93,7 @@ impl Group {
             next_token: 1,
             prefetch: VecDeque::new(),
             snap_seq: 0,
+            snapshot_queued: false,
         }
     }
 

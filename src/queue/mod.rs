@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, TryLockError};
 
 use crate::Headers;
-pub use crate::catalog::Done;
+pub use crate::catalog::AckWatch;
 use crate::catalog::{AttemptRecord, Catalog, DeadLetterIntent, Op, Snapshotter, TopicRecord};
 use crate::error::{Error, Result};
 use crate::format::record::{self, Record};
@@ -221,6 +221,8 @@ impl Snapshotter for GroupSnapshotter {
             Err(TryLockError::Poisoned(p)) => p.into_inner(),
             Err(TryLockError::WouldBlock) => return None,
         };
+        // Under the lock, with the image: an ack after this queues the snapshotter again.
+        g.snapshot_queued = false;
         Some(group_ops(&self.topic, &self.name, &mut g))
     }
 
@@ -641,7 +643,7 @@ impl Engine {
         let t = &r.topic;
         let mut g = lock(&r.group);
         if let Some(prev) = ack_previous {
-            self.ack_locked(r, &mut g, prev, None)?;
+            self.ack_locked(r, &mut g, prev, false)?;
         }
         self.clamp(t, &r.name, &mut g);
         let log_next = t.reader.next();
@@ -702,13 +704,18 @@ impl Engine {
         Ok((t, g))
     }
 
-    /// Acks a delivery. With `durable`, its commit is queued (shared with concurrent
-    /// commits) and `durable` runs once it is on disk (explicit ack); without, the next
-    /// periodic commit persists it (auto-ack). A stale delivery fails with
-    /// `StaleDelivery` when explicit and is ignored when automatic.
-    pub fn ack_delivery(&self, r: &GroupRef, ticket: Ticket, durable: Option<Done>) -> Result<()> {
+    /// Acks a delivery. With `durable` (explicit ack), returns the catalog ticket that
+    /// says when it is on disk (see `Catalog::ack_ticket`; one commit serves concurrent
+    /// acks); without, the next periodic commit persists it (auto-ack). A stale delivery
+    /// fails with `StaleDelivery` when explicit and is ignored when automatic.
+    pub fn ack_delivery(&self, r: &GroupRef, ticket: Ticket, durable: bool) -> Result<Option<u64>> {
         let mut g = lock(&r.group);
         self.ack_locked(r, &mut g, ticket, durable)
+    }
+
+    /// Where durable acks learn that their ticket is on disk.
+    pub fn ack_watch(&self) -> &Arc<AckWatch> {
+        self.catalog.ack_watch()
     }
 
     fn ack_locked(
@@ -716,17 +723,18 @@ impl Engine {
         r: &GroupRef,
         g: &mut Group,
         ticket: Ticket,
-        durable: Option<Done>,
-    ) -> Result<()> {
+        durable: bool,
+    ) -> Result<Option<u64>> {
         let Ticket {
             offset,
             epoch,
             token,
         } = ticket;
         if !g.holds(offset, epoch, token) {
-            return match durable {
-                Some(_) => Err(Error::StaleDelivery { offset }),
-                None => Ok(()),
+            return if durable {
+                Err(Error::StaleDelivery { offset })
+            } else {
+                Ok(None)
             };
         }
         g.in_flight.remove(&offset);
@@ -734,18 +742,22 @@ impl Engine {
         match durable {
             // The committer takes the group's image when it writes: one for all the acks
             // queued meanwhile (taken after this one was applied, so it includes it).
-            Some(done) => {
-                self.catalog
-                    .commit_then(vec![Op::Snapshot(r.snapshotter.clone())], done);
+            true => {
+                let queue = !std::mem::replace(&mut g.snapshot_queued, true);
+                let t = self.catalog.ack_ticket(&r.snapshotter, queue);
+                if t.is_err() && queue {
+                    g.snapshot_queued = false;
+                }
+                return t.map(Some);
             }
             // In careful mode every step is committed, so a crash blames exactly one delivery.
-            None if offset < g.careful_until => {
+            false if offset < g.careful_until => {
                 let ops = self.group_ops(&r.topic.name, &r.name, g);
                 self.catalog.commit(&ops)?;
             }
-            None => {}
+            false => {}
         }
-        Ok(())
+        Ok(None)
     }
 
     /// Puts an unfinished delivery back for redelivery without counting an attempt.

@@ -109,7 +109,7 @@ impl Consumer {
     fn ack_previous(&mut self) -> Result<()> {
         if let Some(t) = self.previous.take() {
             let sh = &self.shared;
-            sh.spool.engine()?.ack_delivery(&sh.group, t, None)?;
+            sh.spool.engine()?.ack_delivery(&sh.group, t, false)?;
             sh.wakeup.wake();
         }
         Ok(())
@@ -276,23 +276,32 @@ impl Delivery {
     /// power loss). Fails with `StaleDelivery` if the group was reset since.
     pub async fn ack(mut self) -> Result<()> {
         self.release_on_drop = false;
-        let (tx, rx) = tokio::sync::oneshot::channel();
         let sh = &self.shared;
-        sh.spool.engine()?.ack_delivery(
-            &sh.group,
-            self.ticket,
-            Some(Box::new(move |r| {
-                let _ = tx.send(r);
-            })),
-        )?;
+        let (ticket, watch) = {
+            let engine = sh.spool.engine()?;
+            let t = engine.ack_delivery(&sh.group, self.ticket, true)?;
+            (t, engine.ack_watch().clone())
+        };
         sh.wakeup.wake();
-        match rx.await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(detail)) => Err(Error::Catalog {
-                context: "committing an ack".into(),
-                detail,
-            }),
-            Err(_) => Err(Error::Closed),
+        let Some(ticket) = ticket else {
+            return Ok(());
+        };
+        let decided = sh.spool.acks_decided();
+        loop {
+            // Registered before looking, so a decision in between is not missed.
+            let notified = decided.notified();
+            let mut notified = std::pin::pin!(notified);
+            notified.as_mut().enable();
+            match watch.outcome(ticket) {
+                Some(Ok(())) => return Ok(()),
+                Some(Err(detail)) => {
+                    return Err(Error::Catalog {
+                        context: "committing an ack".into(),
+                        detail,
+                    });
+                }
+                None => notified.await,
+            }
         }
     }
 

@@ -50,6 +50,8 @@ struct Inner {
     engine: Arc<RwLock<Option<Arc<Engine>>>>,
     /// Woken on every publish to a topic and every change that frees a delivery.
     notify: Mutex<HashMap<String, Arc<Wakeup>>>,
+    /// Woken when the catalog decides durable-ack tickets.
+    acks_decided: Arc<Notify>,
     syncer: Syncer,
     ticker: Ticker,
     sync: SyncPolicy,
@@ -94,9 +96,17 @@ impl Spool {
         let sync = options.sync;
         let tick = tick_interval(&options);
         let engine = Arc::new(Engine::open(fs, options, now_ms())?);
+        let acks_decided = Arc::new(Notify::new());
+        {
+            let n = acks_decided.clone();
+            engine
+                .ack_watch()
+                .on_decided(Box::new(move || n.notify_waiters()));
+        }
         let inner = Arc::new(Inner {
             engine: Arc::new(RwLock::new(Some(engine))),
             notify: Mutex::new(HashMap::new()),
+            acks_decided,
             syncer: Syncer::start()?,
             ticker: Ticker::default(),
             sync,
@@ -112,6 +122,10 @@ impl Spool {
             .unwrap_or_else(|e| e.into_inner())
             .clone()
             .ok_or(Error::Closed)
+    }
+
+    pub(crate) fn acks_decided(&self) -> &Notify {
+        &self.inner.acks_decided
     }
 
     pub(crate) fn notifier(&self, topic: &str) -> Arc<Wakeup> {
