@@ -440,7 +440,7 @@ fn spool_consume_manual(count: usize, size: usize, in_flight: usize) -> Stat {
         while done < count {
             let mut window = vec![c.recv().await.expect("recv")];
             while window.len() < in_flight {
-                match c.recv_timeout(Duration::ZERO).await.expect("recv") {
+                match c.try_recv().expect("recv") {
                     Some(d) => window.push(d),
                     None => break,
                 }

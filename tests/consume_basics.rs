@@ -42,6 +42,56 @@ async fn recv_delivers_in_offset_order_with_payload_and_attempt_one() {
 }
 
 #[tokio::test]
+async fn try_recv_never_waits_and_hands_out_what_is_there() {
+    let dir = tempfile::tempdir().unwrap();
+    let mq = open(dir.path(), "");
+    let mut c = common_groups::manual(&mq, TOPIC, "g", 2);
+    assert!(c.try_recv().unwrap().is_none(), "nothing published yet");
+    publish_n(&mq, TOPIC, 3).await;
+    let a = c.try_recv().unwrap().expect("offset 0 is there");
+    let b = c.try_recv().unwrap().expect("offset 1 is there");
+    assert_eq!((a.offset(), b.offset()), (0, 1));
+    assert!(
+        c.try_recv().unwrap().is_none(),
+        "max_in_flight 2 is reached"
+    );
+    a.ack().await.unwrap();
+    assert_eq!(c.try_recv().unwrap().expect("a slot is free").offset(), 2);
+    drop(b);
+    drop(c);
+    mq.close().await.unwrap();
+    assert!(matches!(
+        mq.consumer(TOPIC, "g").build(),
+        Err(Error::Closed)
+    ));
+}
+
+#[tokio::test]
+async fn an_ack_is_made_when_called_even_if_its_future_is_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let mq = open(dir.path(), "");
+    publish_n(&mq, TOPIC, 2).await;
+    let mut c = common_groups::manual(&mq, TOPIC, "g", 1);
+    let d = recv(&mut c).await;
+    let pending = d.ack();
+    // The slot is free before the future is polled: the next delivery comes at once.
+    assert_eq!(
+        c.try_recv()
+            .unwrap()
+            .expect("slot freed by the ack")
+            .offset(),
+        1
+    );
+    drop(pending);
+    assert_eq!(mq.group_info(TOPIC, "g").unwrap().cursor, 1);
+    drop(c);
+    mq.close().await.unwrap();
+    // Durable all the same: the close commits it.
+    let mq = open(dir.path(), "");
+    assert_eq!(mq.group_info(TOPIC, "g").unwrap().cursor, 1);
+}
+
+#[tokio::test]
 async fn recv_timeout_returns_none_when_empty_and_some_when_available() {
     let dir = tempfile::tempdir().unwrap();
     let mq = open(dir.path(), "");

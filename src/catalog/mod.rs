@@ -17,7 +17,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, mpsc};
+use std::sync::{Arc, Mutex, mpsc};
+use std::task::Waker;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -142,8 +143,8 @@ pub struct AckWatch {
     durable: AtomicU64,
     failed: AtomicBool,
     failures: Mutex<Vec<(u64, u64, String)>>,
-    /// Called after `durable` moved (the runtime wakes the waiting acks).
-    hook: OnceLock<Box<dyn Fn() + Send + Sync>>,
+    /// Acks waiting for their ticket, woken when it is decided.
+    waiters: Mutex<Vec<(u64, Waker)>>,
 }
 
 impl std::fmt::Debug for AckWatch {
@@ -162,7 +163,7 @@ impl AckWatch {
             durable: AtomicU64::new(0),
             failed: AtomicBool::new(false),
             failures: Mutex::new(Vec::new()),
-            hook: OnceLock::new(),
+            waiters: Mutex::new(Vec::new()),
         }
     }
 
@@ -180,9 +181,27 @@ impl AckWatch {
         Some(Ok(()))
     }
 
-    /// Runs `hook` every time tickets become decided (set once; later calls are ignored).
-    pub fn on_decided(&self, hook: Box<dyn Fn() + Send + Sync>) {
-        let _ = self.hook.set(hook);
+    /// The outcome of `ticket` if decided; otherwise `waker` is woken once it is.
+    /// `again`: this ticket may be registered already (a repeated poll).
+    pub fn poll_outcome(
+        &self,
+        ticket: u64,
+        waker: &Waker,
+        again: bool,
+    ) -> Option<Result<(), String>> {
+        if let Some(o) = self.outcome(ticket) {
+            return Some(o);
+        }
+        let mut w = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
+        // Looked at again under the lock `decide` drains under: no wake-up is lost.
+        if let Some(o) = self.outcome(ticket) {
+            return Some(o);
+        }
+        match w.iter_mut().find(|(t, _)| again && *t == ticket) {
+            Some((_, old)) => old.clone_from(waker),
+            None => w.push((ticket, waker.clone())),
+        }
+        None
     }
 
     fn decide(&self, upto: u64, result: &Result<(), String>) {
@@ -198,8 +217,17 @@ impl AckWatch {
             self.failed.store(true, Ordering::Release);
         }
         self.durable.store(upto, Ordering::Release);
-        if let Some(h) = self.hook.get() {
-            h();
+        let due: Vec<Waker> = {
+            let mut w = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
+            let (due, rest) = w.drain(..).partition(|(t, _)| *t <= upto);
+            *w = rest;
+            due
+        }
+        .into_iter()
+        .map(|(_, waker)| waker)
+        .collect();
+        for waker in due {
+            waker.wake();
         }
     }
 }

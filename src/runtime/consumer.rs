@@ -109,7 +109,8 @@ impl Consumer {
     fn ack_previous(&mut self) -> Result<()> {
         if let Some(t) = self.previous.take() {
             let sh = &self.shared;
-            sh.spool.engine()?.ack_delivery(&sh.group, t, false)?;
+            sh.spool
+                .with_engine(|e| e.ack_delivery(&sh.group, t, false))?;
             sh.wakeup.wake();
         }
         Ok(())
@@ -120,7 +121,9 @@ impl Consumer {
         let sh = &self.shared;
         // The previous auto-ack delivery is acked under the same lock as the hand-out.
         let previous = self.previous.take();
-        let handout = sh.spool.engine()?.next_delivery(&sh.group, previous)?;
+        let handout = sh
+            .spool
+            .with_engine(|e| e.next_delivery(&sh.group, previous))?;
         if previous.is_some() {
             // A slot or a redelivery may have opened for the group's other consumers.
             sh.wakeup.wake();
@@ -161,6 +164,12 @@ impl Consumer {
             }
             notified.await;
         }
+    }
+
+    /// The next delivery if one is available now, without waiting (and without a runtime
+    /// timer: the cheap way to fill a window of deliveries after a `recv`).
+    pub fn try_recv(&mut self) -> Result<Option<Delivery>> {
+        self.try_next()
     }
 
     /// Waits up to `timeout` for the next delivery (`None` if none came). Needs a tokio
@@ -272,36 +281,41 @@ impl Delivery {
         self.attempt
     }
 
-    /// Finishes the message; durable when it returns (under `Sync=Always`, also against
-    /// power loss). Fails with `StaleDelivery` if the group was reset since.
-    pub async fn ack(mut self) -> Result<()> {
+    /// Finishes the message; durable when the returned future completes (under
+    /// `Sync=Always`, also against power loss). Fails with `StaleDelivery` if the group was
+    /// reset since.
+    ///
+    /// The ack is made when `ack` is called, so the group's slot is free for the next
+    /// delivery at once; the future only waits for the catalog commit, which one commit
+    /// serves for every ack made meanwhile. Dropping the future does not undo the ack (it
+    /// becomes durable with the next commit).
+    pub fn ack(mut self) -> impl Future<Output = Result<()>> + Send + 'static {
         self.release_on_drop = false;
         let sh = &self.shared;
-        let (ticket, watch) = {
-            let engine = sh.spool.engine()?;
-            let t = engine.ack_delivery(&sh.group, self.ticket, true)?;
-            (t, engine.ack_watch().clone())
-        };
-        sh.wakeup.wake();
-        let Some(ticket) = ticket else {
-            return Ok(());
-        };
-        let decided = sh.spool.acks_decided();
-        loop {
-            // Registered before looking, so a decision in between is not missed.
-            let notified = decided.notified();
-            let mut notified = std::pin::pin!(notified);
-            notified.as_mut().enable();
-            match watch.outcome(ticket) {
-                Some(Ok(())) => return Ok(()),
-                Some(Err(detail)) => {
-                    return Err(Error::Catalog {
-                        context: "committing an ack".into(),
-                        detail,
-                    });
+        let made = sh.spool.with_engine(|e| {
+            let t = e.ack_delivery(&sh.group, self.ticket, true)?;
+            Ok(t.map(|t| (t, e.ack_watch().clone())))
+        });
+        if made.is_ok() {
+            sh.wakeup.wake();
+        }
+        async move {
+            let Some((ticket, watch)) = made? else {
+                return Ok(());
+            };
+            let mut again = false;
+            let outcome = std::future::poll_fn(|cx| {
+                let registered = std::mem::replace(&mut again, true);
+                match watch.poll_outcome(ticket, cx.waker(), registered) {
+                    Some(o) => Poll::Ready(o),
+                    None => Poll::Pending,
                 }
-                None => notified.await,
-            }
+            })
+            .await;
+            outcome.map_err(|detail| Error::Catalog {
+                context: "committing an ack".into(),
+                detail,
+            })
         }
     }
 
@@ -312,8 +326,7 @@ impl Delivery {
         let sh = &self.shared;
         let r = sh
             .spool
-            .engine()?
-            .nack_delivery(&sh.group, t, reason, now_ms())?;
+            .with_engine(|e| e.nack_delivery(&sh.group, t, reason, now_ms()))?;
         sh.wakeup.wake();
         Ok(r)
     }
@@ -326,9 +339,11 @@ impl Drop for Delivery {
         }
         let t = self.ticket;
         let sh = &self.shared;
-        if let Ok(engine) = sh.spool.engine() {
-            engine.release_delivery(&sh.group, t);
-            drop(engine);
+        let released = sh.spool.with_engine(|e| {
+            e.release_delivery(&sh.group, t);
+            Ok(())
+        });
+        if released.is_ok() {
             sh.wakeup.wake();
         }
     }

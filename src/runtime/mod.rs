@@ -50,8 +50,6 @@ struct Inner {
     engine: Arc<RwLock<Option<Arc<Engine>>>>,
     /// Woken on every publish to a topic and every change that frees a delivery.
     notify: Mutex<HashMap<String, Arc<Wakeup>>>,
-    /// Woken when the catalog decides durable-ack tickets.
-    acks_decided: Arc<Notify>,
     syncer: Syncer,
     ticker: Ticker,
     sync: SyncPolicy,
@@ -96,23 +94,22 @@ impl Spool {
         let sync = options.sync;
         let tick = tick_interval(&options);
         let engine = Arc::new(Engine::open(fs, options, now_ms())?);
-        let acks_decided = Arc::new(Notify::new());
-        {
-            let n = acks_decided.clone();
-            engine
-                .ack_watch()
-                .on_decided(Box::new(move || n.notify_waiters()));
-        }
         let inner = Arc::new(Inner {
             engine: Arc::new(RwLock::new(Some(engine))),
             notify: Mutex::new(HashMap::new()),
-            acks_decided,
             syncer: Syncer::start()?,
             ticker: Ticker::default(),
             sync,
         });
         inner.ticker.start(inner.engine.clone(), tick)?;
         Ok(Spool { inner })
+    }
+
+    /// Runs `f` on the engine under the read lock (no `Arc` traffic: hot paths use this).
+    /// A close waits for it; `f` must not call back into this `Spool`.
+    pub(crate) fn with_engine<R>(&self, f: impl FnOnce(&Engine) -> Result<R>) -> Result<R> {
+        let guard = self.inner.engine.read().unwrap_or_else(|e| e.into_inner());
+        f(guard.as_deref().ok_or(Error::Closed)?)
     }
 
     pub(crate) fn engine(&self) -> Result<Arc<Engine>> {
@@ -122,10 +119,6 @@ impl Spool {
             .unwrap_or_else(|e| e.into_inner())
             .clone()
             .ok_or(Error::Closed)
-    }
-
-    pub(crate) fn acks_decided(&self) -> &Notify {
-        &self.inner.acks_decided
     }
 
     pub(crate) fn notifier(&self, topic: &str) -> Arc<Wakeup> {
