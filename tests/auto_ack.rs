@@ -255,3 +255,95 @@ async fn the_background_commit_persists_auto_acks_within_the_commit_interval() {
     let d = recv(&mut c).await;
     assert_eq!(d.offset(), 2, "only the delivery that was out is replayed");
 }
+
+// An auto-ack consumer is lent the records it reads ahead and hands them out without the
+// group lock; every other operation on the group takes the loan back first. These check
+// that nothing about the rules above changes with a loan outstanding.
+
+#[tokio::test]
+async fn a_nack_in_auto_mode_is_redelivered_before_the_records_read_ahead() {
+    let dir = tempfile::tempdir().unwrap();
+    let mq = open(dir.path(), "");
+    publish_n(&mq, TOPIC, 300).await;
+    let mut c = mq.consumer(TOPIC, GROUP).build().unwrap();
+    for i in 0..5 {
+        assert_eq!(recv(&mut c).await.offset(), i);
+    }
+    let d = recv(&mut c).await;
+    assert_eq!(d.offset(), 5);
+    d.nack("try again").await.unwrap();
+    let again = recv(&mut c).await;
+    assert_eq!((again.offset(), again.attempt()), (5, 2));
+    assert_eq!(recv(&mut c).await.offset(), 6);
+    assert_eq!(cursor(&mq), 6);
+}
+
+#[tokio::test]
+async fn consumers_of_one_group_sharing_read_ahead_records_get_each_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let mq = open(dir.path(), "");
+    publish_n(&mq, TOPIC, 2000).await;
+    let mut a = mq.consumer(TOPIC, GROUP).max_in_flight(2).build().unwrap();
+    let mut b = mq.consumer(TOPIC, GROUP).max_in_flight(2).build().unwrap();
+    let mut seen = Vec::new();
+    for i in 0..2000 {
+        // Uneven turns: a takes runs from its loan, b takes the loan back in between.
+        let c = if i % 7 < 5 { &mut a } else { &mut b };
+        seen.push(recv(c).await.offset());
+    }
+    seen.sort_unstable();
+    assert_eq!(
+        seen,
+        (0..2000).collect::<Vec<u64>>(),
+        "each record exactly once"
+    );
+    drop(a);
+    drop(b);
+    assert_eq!(cursor(&mq), 2000);
+}
+
+#[tokio::test]
+async fn group_info_and_reset_see_through_a_loan() {
+    let dir = tempfile::tempdir().unwrap();
+    let mq = open(dir.path(), "");
+    publish_n(&mq, TOPIC, 500).await;
+    let mut c = mq.consumer(TOPIC, GROUP).build().unwrap();
+    for i in 0..40 {
+        assert_eq!(recv(&mut c).await.offset(), i);
+    }
+    let info = mq.group_info(TOPIC, GROUP).unwrap();
+    assert_eq!(
+        (info.cursor, info.in_flight),
+        (39, 1),
+        "39 auto-acked, 39 out"
+    );
+    assert_eq!(recv(&mut c).await.offset(), 40);
+    mq.reset_offset(TOPIC, GROUP, spool::OffsetReset::Explicit(10))
+        .await
+        .unwrap();
+    assert_eq!(
+        recv(&mut c).await.offset(),
+        10,
+        "the reset takes the loan back"
+    );
+    assert_eq!(recv(&mut c).await.offset(), 11);
+    mq.commit().unwrap();
+    drop(c);
+    assert_eq!(cursor(&mq), 12);
+}
+
+#[tokio::test]
+async fn a_closed_instance_hands_out_nothing_more_from_a_loan() {
+    let dir = tempfile::tempdir().unwrap();
+    let mq = open(dir.path(), "");
+    publish_n(&mq, TOPIC, 100).await;
+    let mut c = mq.consumer(TOPIC, GROUP).build().unwrap();
+    assert_eq!(recv(&mut c).await.offset(), 0);
+    mq.close().await.unwrap();
+    assert!(matches!(c.recv().await, Err(spool::Error::Closed)));
+    drop(c);
+    let mq = open(dir.path(), "");
+    // The delivery out at the close was released, not acked: it comes again.
+    let mut c = mq.consumer(TOPIC, GROUP).build().unwrap();
+    assert_eq!(recv(&mut c).await.offset(), 0);
+}

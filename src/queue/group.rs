@@ -11,12 +11,32 @@
 //! Pure state: no I/O. The engine persists `record()` and attempt rows.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::catalog::{AttemptRecord, GroupRecord};
 use crate::format::record::Record;
 
 /// Records handed out under one durable lease commit.
 pub const LEASE_RECORDS: u64 = 4096;
+
+/// Set in [`Lent::next`] when the group takes its records back.
+pub const LENT_TAKEN_BACK: u64 = 1 << 63;
+
+/// Fresh offsets `[first, end)` lent to one auto-ack consumer, which hands them out
+/// without the group lock: handing out `x` auto-acks `x - 1`, as `recv` does. `next` is
+/// the offset the consumer hands out next (it moves it with a compare-and-swap, which
+/// fails once `LENT_TAKEN_BACK` is set). `first` was handed out when the loan was made.
+///
+/// The loan never outlives the group lock being taken by anybody else: `reclaim` runs
+/// first on every lock, so every other operation sees an ordinary state.
+#[derive(Debug)]
+pub struct Lent {
+    pub first: u64,
+    pub end: u64,
+    pub token: u64,
+    pub next: Arc<AtomicU64>,
+}
 
 #[derive(Debug)]
 pub struct Group {
@@ -45,6 +65,8 @@ pub struct Group {
     snap_seq: u64,
     /// The catalog's committer has this group's snapshotter queued (see `Catalog::ack_ticket`).
     pub snapshot_queued: bool,
+    /// Records lent to an auto-ack consumer (only between two locks, see [`Lent`]).
+    pub lent: Option<Lent>,
 }
 
 impl Group {
@@ -94,6 +116,7 @@ impl Group {
             prefetch: VecDeque::new(),
             snap_seq: 0,
             snapshot_queued: false,
+            lent: None,
         }
     }
 
@@ -191,6 +214,59 @@ impl Group {
         token
     }
 
+    /// Lends `offset` (the read position, handed out now) and the fresh offsets after it
+    /// up to `end` (exclusive) to one consumer; returns the token and the shared position.
+    pub fn lend(&mut self, offset: u64, end: u64) -> (u64, Arc<AtomicU64>) {
+        debug_assert!(self.lent.is_none() && self.redeliver.is_empty());
+        debug_assert_eq!(offset, self.read_pos);
+        debug_assert!(offset < end && end <= self.lease_end);
+        debug_assert!(self.attempts.range(offset..end).next().is_none());
+        self.read_pos = end;
+        while self.prefetch.front().is_some_and(|r| r.offset < end) {
+            self.prefetch.pop_front();
+        }
+        let token = self.next_token;
+        self.next_token += 1;
+        let next = Arc::new(AtomicU64::new(offset + 1));
+        self.lent = Some(Lent {
+            first: offset,
+            end,
+            token,
+            next: next.clone(),
+        });
+        self.dirty = true;
+        self.check();
+        (token, next)
+    }
+
+    /// Takes lent records back: those the consumer moved past are finished (auto-acked),
+    /// the one it handed out last is in flight under the loan's token, and the rest are
+    /// fresh again (the read position moves back to them).
+    pub fn reclaim(&mut self) {
+        let Some(l) = self.lent.take() else {
+            return;
+        };
+        let next = l.next.fetch_or(LENT_TAKEN_BACK, Ordering::AcqRel) & !LENT_TAKEN_BACK;
+        debug_assert!(l.first < next && next <= l.end);
+        debug_assert_eq!(
+            self.read_pos, l.end,
+            "nothing moves the read position during a loan"
+        );
+        self.read_pos = next;
+        let out = next - 1;
+        for o in l.first..out {
+            if o == self.cursor {
+                self.cursor += 1;
+                self.advance();
+            } else {
+                self.done_above.insert(o);
+            }
+        }
+        self.in_flight.insert(out, l.token);
+        self.dirty = true;
+        self.check();
+    }
+
     /// The attempt number a delivery of `offset` carries.
     pub fn attempt_of(&self, offset: u64) -> u32 {
         self.attempts
@@ -278,8 +354,9 @@ impl Group {
         self.check();
     }
 
-    /// Debug-build check of the partition invariant.
+    /// Debug-build check of the partition invariant (lent offsets count as out).
     pub fn check(&self) {
+        let lent = self.lent.as_ref().map_or(0, |l| l.end - l.first);
         debug_assert!(self.cursor <= self.read_pos, "cursor past read position");
         debug_assert!(!self.done_above.contains(&self.cursor));
         debug_assert!(
@@ -299,7 +376,7 @@ impl Group {
         );
         debug_assert_eq!(
             self.read_pos - self.cursor,
-            (self.in_flight.len() + self.redeliver.len() + self.done_above.len()) as u64,
+            (self.in_flight.len() + self.redeliver.len() + self.done_above.len()) as u64 + lent,
             "every offset between cursor and read position is out, waiting or done"
         );
     }

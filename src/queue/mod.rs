@@ -11,8 +11,9 @@ pub mod dedup;
 pub mod group;
 pub mod names;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::PathBuf;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, TryLockError};
 
 use crate::Headers;
@@ -121,6 +122,17 @@ pub struct Handout {
     pub attempt: u32,
     pub epoch: u64,
     pub token: u64,
+    /// The records after `record` lent to the consumer, if it asked (see `group::Lent`).
+    pub lent: Option<LentRecords>,
+}
+
+/// Records lent to an auto-ack consumer: it hands out `records` in order (first attempts,
+/// same epoch and token as the handout), each after moving `next` from its offset to the
+/// one after with a compare-and-swap; once that fails the group has taken them back.
+#[derive(Debug)]
+pub struct LentRecords {
+    pub next: Arc<AtomicU64>,
+    pub records: VecDeque<Record>,
 }
 
 /// Identifies one hand-out of one offset: a later reset (new epoch) or redelivery (new
@@ -136,7 +148,7 @@ pub struct Ticket {
 #[derive(Clone, Debug)]
 pub struct GroupRef {
     topic: Arc<Topic>,
-    group: Arc<Mutex<Group>>,
+    group: Arc<GroupCell>,
     name: Arc<str>,
     snapshotter: Arc<dyn Snapshotter>,
 }
@@ -168,7 +180,7 @@ pub struct Topic {
     name: String,
     writer: Mutex<Writer>,
     reader: LogReader,
-    groups: Mutex<BTreeMap<String, Arc<Mutex<Group>>>>,
+    groups: Mutex<BTreeMap<String, Arc<GroupCell>>>,
 }
 
 impl std::fmt::Debug for Topic {
@@ -179,7 +191,7 @@ impl std::fmt::Debug for Topic {
 
 impl Topic {
     /// The groups of this topic, so that each can be locked without holding the map.
-    fn groups_snapshot(&self) -> Vec<(String, Arc<Mutex<Group>>)> {
+    fn groups_snapshot(&self) -> Vec<(String, Arc<GroupCell>)> {
         lock(&self.groups)
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
@@ -211,16 +223,12 @@ fn group_ops(topic: &str, group: &str, g: &mut Group) -> Vec<Op> {
 struct GroupSnapshotter {
     topic: String,
     name: Arc<str>,
-    group: Arc<Mutex<Group>>,
+    group: Arc<GroupCell>,
 }
 
 impl Snapshotter for GroupSnapshotter {
     fn try_ops(&self) -> Option<Vec<Op>> {
-        let mut g = match self.group.try_lock() {
-            Ok(g) => g,
-            Err(TryLockError::Poisoned(p)) => p.into_inner(),
-            Err(TryLockError::WouldBlock) => return None,
-        };
+        let mut g = self.group.try_lock()?;
         // Under the lock, with the image: an ack after this queues the snapshotter again.
         g.snapshot_queued = false;
         Some(group_ops(&self.topic, &self.name, &mut g))
@@ -228,6 +236,34 @@ impl Snapshotter for GroupSnapshotter {
 
     fn key(&self) -> usize {
         Arc::as_ptr(&self.group) as usize
+    }
+}
+
+/// A group's state behind its lock. Locking takes back records lent to an auto-ack
+/// consumer first (`Group::reclaim`), so every operation sees the whole state.
+#[derive(Debug)]
+pub struct GroupCell(Mutex<Group>);
+
+impl GroupCell {
+    fn new(g: Group) -> Arc<GroupCell> {
+        Arc::new(GroupCell(Mutex::new(g)))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Group> {
+        let mut g = lock(&self.0);
+        g.reclaim();
+        g
+    }
+
+    /// `None` while somebody else holds the lock.
+    fn try_lock(&self) -> Option<MutexGuard<'_, Group>> {
+        let mut g = match self.0.try_lock() {
+            Ok(g) => g,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => return None,
+        };
+        g.reclaim();
+        Some(g)
     }
 }
 
@@ -318,7 +354,7 @@ impl Engine {
             }
             let (rec, seq) = g.snapshot();
             ops.push(Op::PutGroup(topic.clone(), group.clone(), rec, seq));
-            lock(&t.groups).insert(group, Arc::new(Mutex::new(g)));
+            lock(&t.groups).insert(group, GroupCell::new(g));
         }
         engine.catalog.commit(&ops)?;
         engine.finish_intents(now_ms)?;
@@ -583,7 +619,7 @@ impl Engine {
     }
 
     /// The group, created at the earliest retained offset if new.
-    fn group(&self, t: &Topic, name: &str) -> Result<Arc<Mutex<Group>>> {
+    fn group(&self, t: &Topic, name: &str) -> Result<Arc<GroupCell>> {
         names::check(name)?;
         let mut groups = lock(&t.groups);
         Ok(groups
@@ -591,7 +627,7 @@ impl Engine {
             .or_insert_with(|| {
                 let mut g = Group::new(t.reader.earliest());
                 g.dirty = true;
-                Arc::new(Mutex::new(g))
+                GroupCell::new(g)
             })
             .clone())
     }
@@ -611,7 +647,7 @@ impl Engine {
         }
         let t = self.topic_or_create(topic, now_ms)?;
         let g = self.group(&t, group)?;
-        lock(&g).max_in_flight = max_in_flight.max(1);
+        g.lock().max_in_flight = max_in_flight.max(1);
         let name: Arc<str> = Arc::from(group);
         Ok(GroupRef {
             snapshotter: Arc::new(GroupSnapshotter {
@@ -634,14 +670,16 @@ impl Engine {
     }
 
     /// Under one lock: auto-acks `ack_previous` (if it is still out) and hands out the
-    /// group's next delivery, if one is available now.
+    /// group's next delivery, if one is available now. With `lend` (an auto-ack
+    /// consumer), the fresh records read ahead after it are lent along (see `group::Lent`).
     pub fn next_delivery(
         &self,
         r: &GroupRef,
         ack_previous: Option<Ticket>,
+        lend: bool,
     ) -> Result<Option<Handout>> {
         let t = &r.topic;
-        let mut g = lock(&r.group);
+        let mut g = r.group.lock();
         if let Some(prev) = ack_previous {
             self.ack_locked(r, &mut g, prev, false)?;
         }
@@ -650,7 +688,8 @@ impl Engine {
         let Some(offset) = g.next_offset(log_next) else {
             return Ok(None);
         };
-        let record = if g.redeliver.contains(&offset) {
+        let fresh = !g.redeliver.contains(&offset);
+        let record = if !fresh {
             t.reader.read(offset, 1, 1).map(|mut v| v.pop())?
         } else {
             if g.prefetch.front().is_none_or(|r| r.offset != offset) {
@@ -682,6 +721,30 @@ impl Engine {
                 g.dirty = false;
             }
         }
+        if lend && fresh && !careful && g.redeliver.is_empty() {
+            // Contiguous fresh records, within the lease (a crash can be blamed), the span
+            // the floor may trail by, and free of attempt rows (all first deliveries).
+            let limit = g.lease_end.min(g.cursor + g.span_max()).min(log_next);
+            let mut end = offset + 1;
+            for rec in &g.prefetch {
+                if rec.offset != end || end >= limit || g.attempts.contains_key(&end) {
+                    break;
+                }
+                end += 1;
+            }
+            if end > offset + 1 && !g.attempts.contains_key(&offset) {
+                let n = usize::try_from(end - offset - 1).unwrap_or(usize::MAX);
+                let records: VecDeque<Record> = g.prefetch.drain(..n).collect();
+                let (token, next) = g.lend(offset, end);
+                return Ok(Some(Handout {
+                    record,
+                    attempt: 1,
+                    epoch: g.epoch,
+                    token,
+                    lent: Some(LentRecords { next, records }),
+                }));
+            }
+        }
         let token = g.hand_out(offset);
         let attempt = g.attempt_of(offset);
         Ok(Some(Handout {
@@ -689,6 +752,7 @@ impl Engine {
             attempt,
             epoch: g.epoch,
             token,
+            lent: None,
         }))
     }
 
@@ -696,7 +760,7 @@ impl Engine {
         group_ops(topic, group, g)
     }
 
-    fn existing_group(&self, topic: &str, group: &str) -> Result<(Arc<Topic>, Arc<Mutex<Group>>)> {
+    fn existing_group(&self, topic: &str, group: &str) -> Result<(Arc<Topic>, Arc<GroupCell>)> {
         names::check(topic)?;
         names::check(group)?;
         let t = self.topic_or_create(topic, 0)?;
@@ -709,7 +773,7 @@ impl Engine {
     /// acks); without, the next periodic commit persists it (auto-ack). A stale delivery
     /// fails with `StaleDelivery` when explicit and is ignored when automatic.
     pub fn ack_delivery(&self, r: &GroupRef, ticket: Ticket, durable: bool) -> Result<Option<u64>> {
-        let mut g = lock(&r.group);
+        let mut g = r.group.lock();
         self.ack_locked(r, &mut g, ticket, durable)
     }
 
@@ -762,7 +826,7 @@ impl Engine {
 
     /// Puts an unfinished delivery back for redelivery without counting an attempt.
     pub fn release_delivery(&self, r: &GroupRef, ticket: Ticket) {
-        let mut g = lock(&r.group);
+        let mut g = r.group.lock();
         if g.holds(ticket.offset, ticket.epoch, ticket.token) {
             g.in_flight.remove(&ticket.offset);
             g.redeliver.insert(ticket.offset);
@@ -778,7 +842,7 @@ impl Engine {
         reason: &str,
         now_ms: u64,
     ) -> Result<NackOutcome> {
-        let mut g = lock(&r.group);
+        let mut g = r.group.lock();
         if !g.holds(ticket.offset, ticket.epoch, ticket.token) {
             return Err(Error::StaleDelivery {
                 offset: ticket.offset,
@@ -792,7 +856,7 @@ impl Engine {
     pub fn ack_cursor(&self, topic: &str, group: &str, offset: u64) -> Result<()> {
         self.refuse_unless_exists_or_valid(topic, group, offset)?;
         let (t, g) = self.existing_group(topic, group)?;
-        let mut g = lock(&g);
+        let mut g = g.lock();
         self.clamp(&t, group, &mut g);
         self.take_cursor(&t, &mut g, offset)?;
         g.finish(offset);
@@ -811,7 +875,7 @@ impl Engine {
     ) -> Result<NackOutcome> {
         self.refuse_unless_exists_or_valid(topic, group, offset)?;
         let (t, g) = self.existing_group(topic, group)?;
-        let mut g = lock(&g);
+        let mut g = g.lock();
         self.clamp(&t, group, &mut g);
         self.take_cursor(&t, &mut g, offset)?;
         self.nack_taken(&t, group, &mut g, offset, reason, now_ms)
@@ -1038,7 +1102,7 @@ impl Engine {
                 None => false,
             };
             let g = self.group(&t, &group)?;
-            let mut g = lock(&g);
+            let mut g = g.lock();
             // Finished since (acked after a failed dead-letter) or reset since: the intent is
             // stale, and a copy now would be a copy of a message nobody gave up on.
             let stale =
@@ -1078,7 +1142,7 @@ impl Engine {
                 continue;
             };
             for (name, g) in t.groups_snapshot() {
-                let mut g = lock(&g);
+                let mut g = g.lock();
                 let due: Vec<u64> = g
                     .attempts
                     .iter()
@@ -1095,7 +1159,7 @@ impl Engine {
 
     pub fn reset(&self, topic: &str, group: &str, to: OffsetReset) -> Result<u64> {
         let (t, g) = self.existing_group(topic, group)?;
-        let mut g = lock(&g);
+        let mut g = g.lock();
         let earliest = t.reader.earliest();
         let next = t.reader.next();
         let target = match to {
@@ -1136,7 +1200,7 @@ impl Engine {
                 ..GroupInfo::default()
             });
         };
-        let mut g = lock(&g);
+        let mut g = g.lock();
         self.clamp(&t, group, &mut g);
         Ok(GroupInfo {
             cursor: g.cursor,
@@ -1164,7 +1228,7 @@ impl Engine {
         let mut ops = Vec::new();
         for t in self.all_topics() {
             for (name, g) in t.groups_snapshot() {
-                let mut g = lock(&g);
+                let mut g = g.lock();
                 if g.dirty || closing {
                     if closing {
                         let out: Vec<u64> = g.in_flight.keys().copied().collect();

@@ -13,7 +13,8 @@ use crate::error::{Error, Result};
 use crate::format::record::Record;
 use std::sync::Arc;
 
-use crate::queue::{GroupRef, NackOutcome, Ticket};
+use crate::queue::{GroupRef, LentRecords, NackOutcome, Ticket};
+use std::sync::atomic::Ordering;
 
 /// Configures a [`Consumer`].
 #[derive(Debug)]
@@ -67,6 +68,7 @@ impl ConsumerBuilder {
             }),
             manual_ack: self.manual_ack,
             previous: None,
+            lent: None,
         })
     }
 }
@@ -88,6 +90,15 @@ pub struct Consumer {
     manual_ack: bool,
     /// Auto-ack: the delivery to ack when the next one is asked for.
     previous: Option<Ticket>,
+    /// Auto-ack: records the group lent, handed out without its lock (see `group::Lent`).
+    lent: Option<Lent>,
+}
+
+#[derive(Debug)]
+struct Lent {
+    records: LentRecords,
+    epoch: u64,
+    token: u64,
 }
 
 /// What a consumer and its deliveries share (one `Arc` per delivery).
@@ -116,14 +127,51 @@ impl Consumer {
         Ok(())
     }
 
+    /// The next lent record, unless the group took them back. Handing it out acks the
+    /// previous delivery (the group counts it as finished when it takes the loan back).
+    fn next_lent(&mut self) -> Option<Delivery> {
+        let l = self.lent.as_mut()?;
+        let Some(offset) = l.records.records.front().map(|r| r.offset()) else {
+            self.lent = None;
+            return None;
+        };
+        let next = &l.records.next;
+        if next
+            .compare_exchange(offset, offset + 1, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            self.lent = None;
+            return None;
+        }
+        let record = l.records.records.pop_front()?;
+        let ticket = Ticket {
+            offset,
+            epoch: l.epoch,
+            token: l.token,
+        };
+        self.previous = Some(ticket);
+        Some(Delivery {
+            shared: self.shared.clone(),
+            record,
+            attempt: 1,
+            ticket,
+            release_on_drop: false,
+        })
+    }
+
     /// Hands out the next delivery if one is available now (acking the previous one).
     fn try_next(&mut self) -> Result<Option<Delivery>> {
+        if let Some(d) = self.next_lent() {
+            return Ok(Some(d));
+        }
+        self.lent = None;
         let sh = &self.shared;
         // The previous auto-ack delivery is acked under the same lock as the hand-out.
         let previous = self.previous.take();
+        let lend = !self.manual_ack;
         let handout = sh
             .spool
-            .with_engine(|e| e.next_delivery(&sh.group, previous))?;
+            .with_engine(|e| e.next_delivery(&sh.group, previous, lend))?;
         if previous.is_some() {
             // A slot or a redelivery may have opened for the group's other consumers.
             sh.wakeup.wake();
@@ -136,6 +184,13 @@ impl Consumer {
             };
             if !self.manual_ack {
                 self.previous = Some(ticket);
+            }
+            if let Some(records) = h.lent {
+                self.lent = Some(Lent {
+                    records,
+                    epoch: h.epoch,
+                    token: h.token,
+                });
             }
             Delivery {
                 shared: self.shared.clone(),
