@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use bytes::{Bytes, BytesMut};
 
@@ -59,6 +59,10 @@ pub struct Segment {
     max_body: usize,
     poison: Poison,
     fs: Fs,
+    /// `(offset, byte position)` of the record after the last read: a read continuing
+    /// from there (a consumer's next batch) skips the index lookup and the records
+    /// between the index entry and its start. Records never move, so it stays true.
+    resume: Mutex<(u64, u64)>,
 }
 
 impl Segment {
@@ -154,6 +158,7 @@ impl Segment {
             max_body,
             poison,
             fs: fs.clone(),
+            resume: Mutex::new((base, SEGMENT_HEADER_LEN as u64)),
         })
     }
 
@@ -351,6 +356,7 @@ impl Segment {
             max_body,
             poison,
             fs: fs.clone(),
+            resume: Mutex::new((base, SEGMENT_HEADER_LEN as u64)),
         }
     }
 
@@ -480,9 +486,14 @@ impl Segment {
         out: &mut Vec<Record>,
     ) -> Result<()> {
         let end = self.end();
-        let (mut pos, mut expected) = match self.entry_for_offset(from, interval)? {
-            Some(e) => (e.position, e.offset),
-            None => (SEGMENT_HEADER_LEN as u64, self.base),
+        let resume = *self.resume.lock().unwrap_or_else(|e| e.into_inner());
+        let (mut pos, mut expected) = if resume.0 == from {
+            (resume.1, from)
+        } else {
+            match self.entry_for_offset(from, interval)? {
+                Some(e) => (e.position, e.offset),
+                None => (SEGMENT_HEADER_LEN as u64, self.base),
+            }
         };
         let mut bytes_out = 0usize;
         // `out` may already hold records of earlier segments: the limits count only ours.
@@ -533,6 +544,7 @@ impl Segment {
             }
             pos += cur as u64;
         }
+        *self.resume.lock().unwrap_or_else(|e| e.into_inner()) = (expected, pos);
         Ok(())
     }
 

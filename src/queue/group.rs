@@ -5,8 +5,11 @@
 //!   `in_flight`, `redeliver` and `done_above`; `cursor` itself is never in `done_above`.
 //! - The cursor moves only over offsets that are acked or dead-lettered (no skipping),
 //!   except when retention deleted them (counted in `skipped`).
-//! - `lease_end` (durable) is above every offset ever handed out, so after an unclean stop
-//!   the offsets that might have been out are bounded (`careful_until`).
+//! - The catalog's `lease_end` is above every offset ever handed out, so after an unclean
+//!   stop the offsets that might have been out are bounded (`careful_until`): hand-outs
+//!   stay below `lease_durable`, which only a durable image raises, and every image
+//!   carries `lease_end >= lease_durable` (the lease is extended ahead of need, without
+//!   waiting, half a lease before it runs out).
 //!
 //! Pure state: no I/O. The engine persists `record()` and attempt rows.
 
@@ -50,7 +53,11 @@ pub struct Group {
     pub attempts: BTreeMap<u64, AttemptRecord>,
     pub dead_lettered: u64,
     pub skipped: u64,
+    /// The lease every image carries (requested; may not be durable yet).
     pub lease_end: u64,
+    /// The lease known durable: offsets below it may be handed out. Raised by the catalog
+    /// commit that carried it (from the committer thread, hence atomic).
+    pub lease_durable: Arc<AtomicU64>,
     /// After an unclean stop: hand-outs below this are committed first (exact crash blame).
     pub careful_until: u64,
     pub max_in_flight: usize,
@@ -108,6 +115,8 @@ impl Group {
             dead_lettered: r.dead_lettered,
             skipped: r.skipped,
             lease_end: r.lease_end.max(r.cursor),
+            // A new group's lease is in no catalog yet; a stored one is durable.
+            lease_durable: Arc::new(AtomicU64::new(r.lease_end)),
             careful_until: 0,
             max_in_flight: 1,
             dirty: false,
@@ -219,7 +228,7 @@ impl Group {
     pub fn lend(&mut self, offset: u64, end: u64) -> (u64, Arc<AtomicU64>) {
         debug_assert!(self.lent.is_none() && self.redeliver.is_empty());
         debug_assert_eq!(offset, self.read_pos);
-        debug_assert!(offset < end && end <= self.lease_end);
+        debug_assert!(offset < end && end <= self.lease_durable.load(Ordering::Acquire));
         debug_assert!(self.attempts.range(offset..end).next().is_none());
         self.read_pos = end;
         while self.prefetch.front().is_some_and(|r| r.offset < end) {

@@ -13,7 +13,7 @@ pub mod names;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::PathBuf;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, TryLockError};
 
 use crate::Headers;
@@ -43,7 +43,7 @@ pub const X_DEAD_LETTER_REASON: &str = "x-dead-letter-reason";
 pub const UNCLEAN_STOP_REASON: &str = "in flight when the process stopped without closing";
 
 /// Records read ahead per group.
-const PREFETCH_RECORDS: usize = 256;
+const PREFETCH_RECORDS: usize = 1024;
 const PREFETCH_BYTES: usize = 1 << 20;
 
 /// Where to move a group's cursor.
@@ -706,25 +706,45 @@ impl Engine {
         };
         // Make sure a crash while this delivery is out can be blamed on it (see group.rs).
         let careful = offset < g.careful_until;
-        if careful || offset >= g.lease_end {
+        if careful || offset >= g.lease_durable.load(Ordering::Acquire) {
             let (mut rec, seq) = g.snapshot();
             if careful {
                 rec.in_flight.push(offset);
             } else {
-                rec.lease_end = offset + LEASE_RECORDS;
+                rec.lease_end = rec.lease_end.max(offset + LEASE_RECORDS);
             }
             let lease_end = rec.lease_end;
             self.catalog
                 .commit(&[Op::PutGroup(t.name.clone(), r.name.to_string(), rec, seq)])?;
             g.lease_end = lease_end;
+            g.lease_durable.fetch_max(lease_end, Ordering::AcqRel);
             if g.stale_attempts.is_empty() {
                 g.dirty = false;
             }
+        } else if offset + LEASE_RECORDS / 2 >= g.lease_end {
+            // Extend the lease ahead of need, without waiting: hand-outs go on below the
+            // durable lease meanwhile, and every later image carries the new one.
+            let lease_end = offset + LEASE_RECORDS;
+            g.lease_end = lease_end;
+            let (rec, seq) = g.snapshot();
+            let durable = g.lease_durable.clone();
+            self.catalog.commit_then(
+                vec![Op::PutGroup(t.name.clone(), r.name.to_string(), rec, seq)],
+                Box::new(move |result| {
+                    if result.is_ok() {
+                        durable.fetch_max(lease_end, Ordering::AcqRel);
+                    }
+                }),
+            );
         }
         if lend && fresh && !careful && g.redeliver.is_empty() {
             // Contiguous fresh records, within the lease (a crash can be blamed), the span
             // the floor may trail by, and free of attempt rows (all first deliveries).
-            let limit = g.lease_end.min(g.cursor + g.span_max()).min(log_next);
+            let limit = g
+                .lease_durable
+                .load(Ordering::Acquire)
+                .min(g.cursor + g.span_max())
+                .min(log_next);
             let mut end = offset + 1;
             for rec in &g.prefetch {
                 if rec.offset != end || end >= limit || g.attempts.contains_key(&end) {
@@ -1327,6 +1347,45 @@ fn rebuild_dedup(reader: &LogReader, dedup: &mut Dedup, window: usize) -> Result
 mod tests {
     use super::*;
     use crate::catalog::GroupRecord;
+
+    /// Every hand-out is below the lease the catalog holds at that moment, also while the
+    /// lease is extended ahead of need without waiting (so a crash can always be blamed).
+    #[test]
+    fn every_hand_out_is_below_the_durable_lease_in_the_catalog() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut o = Options::new(dir.path());
+        o.sync = crate::SyncPolicy::None;
+        let e = Engine::open(Fs::real(), o, 1).expect("open");
+        let n = 3 * LEASE_RECORDS + 7;
+        let body = [1u8; 8];
+        let h = Headers::new();
+        let batch: Vec<(&[u8], &Headers)> = (0..n).map(|_| (&body[..], &h)).collect();
+        e.publish("t", &batch, 1).expect("publish");
+        let r = e.register_consumer("t", "g", 1, 1).expect("consumer");
+        let mut previous = None;
+        let mut lent_seen = 0u64;
+        for _ in 0..n {
+            let h = e
+                .next_delivery(&r, previous, false)
+                .expect("hand-out")
+                .expect("a record");
+            let offset = h.record.offset;
+            let lease =
+                e.catalog.groups().expect("groups")[&("t".to_owned(), "g".to_owned())].lease_end;
+            assert!(
+                offset < lease,
+                "offset {offset} handed out above the catalog's lease {lease}"
+            );
+            lent_seen += u64::from(h.lent.is_some());
+            previous = Some(Ticket {
+                offset,
+                epoch: h.epoch,
+                token: h.token,
+            });
+        }
+        assert_eq!(lent_seen, 0, "nothing is lent unless asked");
+        e.close().expect("close");
+    }
 
     fn grp_attempts(g: &Group) -> Vec<u64> {
         g.attempts.keys().copied().collect()
