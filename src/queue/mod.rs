@@ -162,10 +162,56 @@ impl GroupRef {
     }
 }
 
+/// A message as [`Engine::publish`] reads it (so callers need not build a second list).
+pub trait Message {
+    fn payload(&self) -> &[u8];
+    fn headers(&self) -> &Headers;
+}
+
+impl Message for (&[u8], &Headers) {
+    fn payload(&self) -> &[u8] {
+        self.0
+    }
+    fn headers(&self) -> &Headers {
+        self.1
+    }
+}
+
+impl Message for (bytes::Bytes, Headers) {
+    fn payload(&self) -> &[u8] {
+        &self.0
+    }
+    fn headers(&self) -> &Headers {
+        &self.1
+    }
+}
+
+/// The offsets a publish got: a single message needs no list (no allocation).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Offsets {
+    One(u64),
+    Many(Vec<u64>),
+}
+
+impl Offsets {
+    pub fn first(&self) -> Option<u64> {
+        match self {
+            Offsets::One(o) => Some(*o),
+            Offsets::Many(v) => v.first().copied(),
+        }
+    }
+    pub fn into_vec(self) -> Vec<u64> {
+        match self {
+            Offsets::One(o) => vec![o],
+            Offsets::Many(v) => v,
+        }
+    }
+}
+
 /// What a publish needs synced to be durable.
 #[derive(Debug)]
 pub struct Published {
-    pub offsets: Vec<u64>,
+    pub offsets: Offsets,
     pub segment: Arc<Segment>,
     /// The segment must be durable up to here (covers de-duplication hits too).
     pub end: u64,
@@ -492,19 +538,14 @@ impl Engine {
 
     /// Appends `msgs` as one write; de-duplicates by `message-id` (a hit returns the
     /// original offset and appends nothing, also within the batch).
-    pub fn publish(
-        &self,
-        topic: &str,
-        msgs: &[(&[u8], &Headers)],
-        now_ms: u64,
-    ) -> Result<Published> {
+    pub fn publish<M: Message>(&self, topic: &str, msgs: &[M], now_ms: u64) -> Result<Published> {
         names::check(topic)?;
         let t = match self.topic(topic) {
             Some(t) => t,
             None => {
                 // A batch that would be refused creates no topic.
-                for (p, h) in msgs {
-                    self.check_message(p, h)?;
+                for m in msgs {
+                    self.check_message(m.payload(), m.headers())?;
                 }
                 self.topic_or_create(topic, now_ms)?
             }
@@ -512,13 +553,18 @@ impl Engine {
         let mut guard = lock(&t.writer);
         let w = &mut *guard;
         let first = w.log.next();
-        let mut offsets = Vec::with_capacity(msgs.len());
-        let mut appends: Vec<Append<'_>> = Vec::with_capacity(msgs.len());
+        // A single message lives on the stack: no allocation per `publish` call.
+        let single = msgs.len() == 1;
+        let mut one_offset = None;
+        let mut one_append = None;
+        let mut offsets = Vec::with_capacity(if single { 0 } else { msgs.len() });
+        let mut appends: Vec<Append<'_>> = Vec::with_capacity(if single { 0 } else { msgs.len() });
         // Ids this call appends, in log order (the order they enter the window), and
         // where each one is in that list.
         let mut new_ids: Vec<(&str, u64)> = Vec::new();
         let mut batch_ids: HashMap<&str, usize> = HashMap::new();
-        for &(payload, headers) in msgs {
+        for m in msgs {
+            let (payload, headers) = (m.payload(), m.headers());
             // All or nothing: nothing is appended or remembered before this loop ends.
             let headers_len = self.check_message(payload, headers)?;
             let id = headers.get(MESSAGE_ID_HEADER).map(String::as_str);
@@ -533,28 +579,45 @@ impl Engine {
                     None => w.dedup.lookup_after(id, k),
                 };
                 if let Some(o) = hit {
-                    offsets.push(o);
+                    if single {
+                        one_offset = Some(o);
+                    } else {
+                        offsets.push(o);
+                    }
                     continue;
                 }
                 batch_ids.insert(id, k);
                 new_ids.push((id, first + appends.len() as u64));
             }
-            offsets.push(first + appends.len() as u64);
-            appends.push(Append {
+            let a = Append {
                 payload,
                 headers,
                 headers_len,
-            });
+            };
+            if single {
+                one_offset = Some(first);
+                one_append = Some(a);
+            } else {
+                offsets.push(first + appends.len() as u64);
+                appends.push(a);
+            }
         }
+        let appends = match &one_append {
+            Some(a) => std::slice::from_ref(a),
+            None => &appends[..],
+        };
         if !appends.is_empty() {
-            let got = w.log.append(&appends, now_ms)?;
+            let got = w.log.append(appends, now_ms)?;
             debug_assert_eq!(got, first);
             for (id, o) in new_ids {
                 w.dedup.insert(id, o);
             }
         }
         Ok(Published {
-            offsets,
+            offsets: match one_offset.filter(|_| single) {
+                Some(o) => Offsets::One(o),
+                None => Offsets::Many(offsets),
+            },
             segment: w.log.active().clone(),
             end: w.log.active().end(),
         })

@@ -193,18 +193,13 @@ impl Spool {
         headers: &Headers,
     ) -> Result<u64> {
         let payload: Bytes = payload.into();
-        let published = self
-            .engine()?
-            .publish(topic, &[(&payload[..], headers)], now_ms())?;
+        let published =
+            self.with_engine(|e| e.publish(topic, &[(&payload[..], headers)], now_ms()))?;
         self.wake(topic);
         self.durable(&published.segment, published.end).await?;
-        published
-            .offsets
-            .first()
-            .copied()
-            .ok_or_else(|| Error::Unsupported {
-                what: "empty publish (internal error)".into(),
-            })
+        published.offsets.first().ok_or_else(|| Error::Unsupported {
+            what: "empty publish (internal error)".into(),
+        })
     }
 
     /// Appends messages in one write (and one sync); all or nothing.
@@ -213,13 +208,13 @@ impl Spool {
         topic: &str,
         messages: Vec<(P, Headers)>,
     ) -> Result<Vec<u64>> {
+        // In place when `P` is `Bytes` (same layout): no second list.
         let owned: Vec<(Bytes, Headers)> =
             messages.into_iter().map(|(p, h)| (p.into(), h)).collect();
-        let refs: Vec<(&[u8], &Headers)> = owned.iter().map(|(p, h)| (&p[..], h)).collect();
-        let published = self.engine()?.publish(topic, &refs, now_ms())?;
+        let published = self.with_engine(|e| e.publish(topic, &owned, now_ms()))?;
         self.wake(topic);
         self.durable(&published.segment, published.end).await?;
-        Ok(published.offsets)
+        Ok(published.offsets.into_vec())
     }
 
     async fn durable(&self, segment: &Arc<crate::log::segment::Segment>, end: u64) -> Result<()> {
