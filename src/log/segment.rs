@@ -118,6 +118,11 @@ impl Segment {
         Ok(())
     }
 
+    /// Why writes to this segment's topic stopped, if a write or sync failed.
+    pub fn poisoned(&self) -> Option<String> {
+        self.poison.get().cloned()
+    }
+
     /// Whether the bytes below `end` are already durable.
     pub fn is_synced_to(&self, end: u64) -> bool {
         self.synced.load(Ordering::Acquire) >= end

@@ -1,16 +1,18 @@
 //! Group commit: one thread makes appends durable for every waiting publisher at once.
 //!
-//! Publishers write under the topic lock, release it, then queue a request here and await
-//! a oneshot. The thread takes every queued request, syncs each segment once (skipping
-//! those a previous sync already covered) and answers them all. While it syncs, new
-//! requests queue up and share the next sync: N concurrent publishers cost far fewer
-//! than N fsyncs. No topic lock is held across the fsync, so readers and writers go on.
+//! Publishers write under the topic lock, release it, then queue a request here and wait
+//! until the segment is durable up to their end (no channel or allocation per publish:
+//! waiters park their waker in one shared list). The thread takes every queued request,
+//! syncs each segment once (skipping those a previous sync already covered) and wakes
+//! every waiter its sync covered. While it syncs, new requests queue up and share the
+//! next sync: N concurrent publishers cost far fewer than N fsyncs. No topic lock is held
+//! across the fsync, so readers and writers go on.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
+use std::task::{Poll, Waker};
 use std::thread::JoinHandle;
-
-use tokio::sync::oneshot;
 
 use crate::error::{Error, Result};
 use crate::log::segment::Segment;
@@ -18,24 +20,67 @@ use crate::log::segment::Segment;
 struct Request {
     segment: Arc<Segment>,
     end: u64,
-    done: oneshot::Sender<Result<(), String>>,
+}
+
+/// Publishers waiting for a sync.
+#[derive(Default)]
+struct Waiters {
+    list: Mutex<Vec<(Arc<Segment>, u64, Waker)>>,
+    stopped: AtomicBool,
+}
+
+impl Waiters {
+    /// Whether `segment` is durable to `end` (or can never be): checked under the list's
+    /// lock by waiters, after the sync by the thread, so no wake-up is lost.
+    fn outcome(&self, segment: &Segment, end: u64) -> Option<Result<()>> {
+        if let Some(reason) = segment.poisoned() {
+            return Some(Err(Error::Poisoned { reason }));
+        }
+        if segment.is_synced_to(end) {
+            return Some(Ok(()));
+        }
+        self.stopped
+            .load(Ordering::Acquire)
+            .then_some(Err(Error::Closed))
+    }
+
+    /// Wakes every waiter that has its outcome (all of them once stopped).
+    fn wake_decided(&self) {
+        let due: Vec<Waker> = {
+            let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
+            let (due, rest): (Vec<_>, Vec<_>) = list
+                .drain(..)
+                .partition(|(seg, end, _)| self.outcome(seg, *end).is_some());
+            *list = rest;
+            due.into_iter().map(|(_, _, w)| w).collect()
+        };
+        for w in due {
+            w.wake();
+        }
+    }
 }
 
 pub(crate) struct Syncer {
     tx: Mutex<Option<mpsc::Sender<Request>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
+    waiters: Arc<Waiters>,
 }
 
 impl Syncer {
     pub fn start() -> Result<Syncer> {
         let (tx, rx) = mpsc::channel::<Request>();
-        let thread = std::thread::Builder::new()
-            .name("spool-sync".into())
-            .spawn(move || run(rx))
-            .map_err(|e| Error::io("starting the sync thread", e))?;
+        let waiters = Arc::new(Waiters::default());
+        let thread = {
+            let waiters = waiters.clone();
+            std::thread::Builder::new()
+                .name("spool-sync".into())
+                .spawn(move || run(&rx, &waiters))
+                .map_err(|e| Error::io("starting the sync thread", e))?
+        };
         Ok(Syncer {
             tx: Mutex::new(Some(tx)),
             thread: Mutex::new(Some(thread)),
+            waiters,
         })
     }
 
@@ -44,22 +89,37 @@ impl Syncer {
         if segment.is_synced_to(end) {
             return Ok(());
         }
-        let (done, wait) = oneshot::channel();
         let sent = {
             let tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
-            match tx.as_ref() {
-                Some(tx) => tx.send(Request { segment, end, done }).is_ok(),
-                None => false,
-            }
+            let request = Request {
+                segment: segment.clone(),
+                end,
+            };
+            tx.as_ref().is_some_and(|tx| tx.send(request).is_ok())
         };
         if !sent {
             return Err(Error::Closed);
         }
-        match wait.await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(reason)) => Err(Error::Poisoned { reason }),
-            Err(_) => Err(Error::Closed),
-        }
+        let w = &self.waiters;
+        let mut registered = false;
+        std::future::poll_fn(|cx| {
+            if let Some(o) = w.outcome(&segment, end) {
+                return Poll::Ready(o);
+            }
+            let mut list = w.list.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(o) = w.outcome(&segment, end) {
+                return Poll::Ready(o);
+            }
+            let mine =
+                |(s, e, _): &&mut (Arc<Segment>, u64, Waker)| Arc::ptr_eq(s, &segment) && *e == end;
+            match list.iter_mut().find(|x| registered && mine(x)) {
+                Some((_, _, old)) => old.clone_from(cx.waker()),
+                None => list.push((segment.clone(), end, cx.waker().clone())),
+            }
+            registered = true;
+            Poll::Pending
+        })
+        .await
     }
 
     /// Answers what is queued, then stops the thread.
@@ -68,27 +128,26 @@ impl Syncer {
         if let Some(t) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take() {
             let _ = t.join();
         }
+        self.waiters.stopped.store(true, Ordering::Release);
+        self.waiters.wake_decided();
     }
 }
 
-fn run(rx: mpsc::Receiver<Request>) {
+fn run(rx: &mpsc::Receiver<Request>, waiters: &Waiters) {
     while let Ok(first) = rx.recv() {
         let mut batch = vec![first];
         batch.extend(rx.try_iter());
-        // One sync per distinct segment; `Segment::sync` skips work already covered.
-        let mut results: Vec<(*const Segment, Result<(), String>)> = Vec::new();
-        for req in batch {
+        // One sync per distinct segment; `Segment::sync` skips work already covered, and
+        // a failure poisons the segment, which its waiters see.
+        let mut synced: Vec<*const Segment> = Vec::new();
+        for req in &batch {
             let key = Arc::as_ptr(&req.segment);
-            let r = match results.iter().find(|(k, _)| *k == key) {
-                Some((_, r)) => r.clone(),
-                None => {
-                    let r = req.segment.sync().map_err(|e| e.to_string());
-                    results.push((key, r.clone()));
-                    r
-                }
-            };
-            debug_assert!(r.is_err() || req.segment.is_synced_to(req.end));
-            let _ = req.done.send(r);
+            if !synced.contains(&key) {
+                synced.push(key);
+                let _ = req.segment.sync();
+            }
+            debug_assert!(req.segment.poisoned().is_some() || req.segment.is_synced_to(req.end));
         }
+        waiters.wake_decided();
     }
 }
