@@ -397,14 +397,18 @@ fn fill(mq: &Spool, rt: &tokio::runtime::Runtime, topic: &str, count: usize, siz
     });
 }
 
-fn spool_consume_auto(count: usize, size: usize) -> Stat {
+fn spool_consume_auto(count: usize, size: usize, in_flight: usize) -> Stat {
     let dir = tempfile::tempdir().expect("tempdir");
     let rt = rt();
     let mq = open(dir.path(), SyncPolicy::None);
     fill(&mq, &rt, "bench", count, size);
     let start = Instant::now();
     rt.block_on(async {
-        let mut c = mq.consumer("bench", "g").build().expect("consumer");
+        let mut c = mq
+            .consumer("bench", "g")
+            .max_in_flight(in_flight)
+            .build()
+            .expect("consumer");
         for _ in 0..count {
             let d = c.recv().await.expect("recv");
             std::hint::black_box(d.payload());
@@ -702,17 +706,32 @@ fn main() {
             || spool_publish_concurrent(n(2_000 * producers.min(16)), 1024, producers),
         );
     }
+    for producers in [1usize, 64] {
+        r.run(
+            &format!("publish 100B sync=always {producers} producers"),
+            || spool_publish_concurrent(n(2_000 * producers.min(16)), 100, producers),
+        );
+    }
 
     println!("\n-- spool consume");
-    r.run("consume recv+auto-ack 100B", || {
-        spool_consume_auto(n(500_000), 100)
-    });
-    r.run("consume manual ack (always) mif=1 100B", || {
-        spool_consume_manual(n(2_000), 100, 1)
-    });
-    r.run("consume manual ack (always) mif=256 100B", || {
-        spool_consume_manual(n(50_000), 100, 256)
-    });
+    for size in [100usize, 1024] {
+        // 1 KiB runs use a quarter of the messages (about 2.5x the bytes of the 100 B ones).
+        let scale_down = if size > 100 { 4 } else { 1 };
+        let label = if size > 100 { "1KiB" } else { "100B" };
+        for mif in [1usize, 256] {
+            r.run(&format!("consume recv+auto-ack mif={mif} {label}"), || {
+                spool_consume_auto(n(500_000) / scale_down, size, mif)
+            });
+        }
+        r.run(
+            &format!("consume manual ack (always) mif=1 {label}"),
+            || spool_consume_manual(n(2_000), size, 1),
+        );
+        r.run(
+            &format!("consume manual ack (always) mif=256 {label}"),
+            || spool_consume_manual(n(50_000) / scale_down, size, 256),
+        );
+    }
     r.run("latency publish->recv 10k/s sync=none", || {
         spool_latency(n(20_000), 10_000)
     });
@@ -772,7 +791,7 @@ fn main() {
     );
     r.ratio(
         "consume auto-ack / sqlite ranges (no fsync)",
-        "consume recv+auto-ack 100B",
+        "consume recv+auto-ack mif=1 100B",
         "sqlite consume 100-row ranges 100B (sync=OFF)",
         1.0,
         1.0,
