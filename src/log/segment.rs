@@ -649,8 +649,13 @@ fn read_footer(
     if len < (FOOTER_LEN + INDEX_ENTRY_LEN) as u64 {
         return Ok(None);
     }
-    let mut footer = [0u8; FOOTER_LEN];
-    f.read_at(&mut footer, len - FOOTER_LEN as u64)?;
+    // The last entry sits right before the footer: one read for both.
+    const TAIL: usize = INDEX_ENTRY_LEN + FOOTER_LEN;
+    let mut tail = [0u8; TAIL];
+    if f.read_at(&mut tail, len - TAIL as u64)? < TAIL {
+        return Ok(None);
+    }
+    let (last_entry, footer) = tail.split_at(INDEX_ENTRY_LEN);
     let entries_len = len - FOOTER_LEN as u64;
     let count = u32::from_le_bytes([footer[4], footer[5], footer[6], footer[7]]) as u64;
     if footer[0..4] != fmt::FOOTER_MAGIC || count * INDEX_ENTRY_LEN as u64 != entries_len {
@@ -664,8 +669,7 @@ fn read_footer(
     let mut entry = [0u8; INDEX_ENTRY_LEN];
     f.read_at(&mut entry, 0)?;
     let first = fmt::decode_entries(&entry)[0];
-    f.read_at(&mut entry, entries_len - INDEX_ENTRY_LEN as u64)?;
-    let last = fmt::decode_entries(&entry)[0];
+    let last = fmt::decode_entries(last_entry)[0];
     let s = SegmentSummary {
         base: u(8),
         next: u(16),
