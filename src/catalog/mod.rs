@@ -468,6 +468,15 @@ const SNAPSHOT_RETRY: Duration = Duration::from_micros(50);
 /// not yet taken), so the snapshot covering it was taken in this round or an earlier one,
 /// unless it is still waiting for its lock: then no ticket is decided this round.
 fn run_committer(db: &Database, rx: &mpsc::Receiver<Msg>, acks: &AckWatch) {
+    // However the thread ends (a panic included), no ack may wait for it forever.
+    struct Stopped<'a>(&'a AckWatch);
+    impl Drop for Stopped<'_> {
+        fn drop(&mut self) {
+            self.0
+                .decide(u64::MAX, &Err("the catalog thread stopped".into()));
+        }
+    }
+    let _stopped = Stopped(acks);
     // Newest group image written, per group: an older one arriving later is skipped.
     let mut written: HashMap<(String, String), u64> = HashMap::new();
     // Snapshotters whose state was locked when asked: asked again next round.
@@ -718,6 +727,16 @@ mod tests {
         // In one batch, the newest wins whatever its position.
         c.commit(&[put(9, 4), put(7, 3)]).expect("commit");
         assert_eq!(cursor(&c), 9);
+    }
+
+    #[test]
+    fn once_the_committer_stops_no_ticket_waits_for_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let c = Catalog::open(&Fs::real(), &dir.path().join("catalog.redb")).expect("open");
+        let watch = c.ack_watch().clone();
+        drop(c);
+        // A ticket the stopped committer can never cover is decided, as failed.
+        assert!(matches!(watch.outcome(1), Some(Err(_))));
     }
 
     /// Busy (locked) the first `busy` times it is asked, then returns an image.

@@ -134,6 +134,15 @@ impl Syncer {
 }
 
 fn run(rx: &mpsc::Receiver<Request>, waiters: &Waiters) {
+    // However the thread ends (a panic included), no publisher may wait for it forever.
+    struct Stopped<'a>(&'a Waiters);
+    impl Drop for Stopped<'_> {
+        fn drop(&mut self) {
+            self.0.stopped.store(true, Ordering::Release);
+            self.0.wake_decided();
+        }
+    }
+    let _stopped = Stopped(waiters);
     while let Ok(first) = rx.recv() {
         let mut batch = vec![first];
         batch.extend(rx.try_iter());
