@@ -41,6 +41,7 @@ pub mod fuzzing;
 mod io;
 mod log;
 mod options;
+mod parked;
 mod queue;
 mod runtime;
 

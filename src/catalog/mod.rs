@@ -27,6 +27,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::io::{FileIo, Fs};
+use crate::parked::Parked;
 
 /// Bumped on any incompatible change to the tables below.
 pub const CATALOG_FORMAT_VERSION: u32 = 1;
@@ -144,7 +145,7 @@ pub struct AckWatch {
     failed: AtomicBool,
     failures: Mutex<Vec<(u64, u64, String)>>,
     /// Acks waiting for their ticket, woken when it is decided.
-    waiters: Mutex<Vec<(u64, Waker)>>,
+    waiters: Parked<u64>,
 }
 
 impl std::fmt::Debug for AckWatch {
@@ -163,7 +164,7 @@ impl AckWatch {
             durable: AtomicU64::new(0),
             failed: AtomicBool::new(false),
             failures: Mutex::new(Vec::new()),
-            waiters: Mutex::new(Vec::new()),
+            waiters: Parked::default(),
         }
     }
 
@@ -189,19 +190,13 @@ impl AckWatch {
         waker: &Waker,
         again: bool,
     ) -> Option<Result<(), String>> {
-        if let Some(o) = self.outcome(ticket) {
-            return Some(o);
-        }
-        let mut w = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
-        // Looked at again under the lock `decide` drains under: no wake-up is lost.
-        if let Some(o) = self.outcome(ticket) {
-            return Some(o);
-        }
-        match w.iter_mut().find(|(t, _)| again && *t == ticket) {
-            Some((_, old)) => old.clone_from(waker),
-            None => w.push((ticket, waker.clone())),
-        }
-        None
+        self.waiters.poll(
+            waker,
+            again,
+            || self.outcome(ticket),
+            || ticket,
+            |t| *t == ticket,
+        )
     }
 
     fn decide(&self, upto: u64, result: &Result<(), String>) {
@@ -217,18 +212,7 @@ impl AckWatch {
             self.failed.store(true, Ordering::Release);
         }
         self.durable.store(upto, Ordering::Release);
-        let due: Vec<Waker> = {
-            let mut w = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
-            let (due, rest) = w.drain(..).partition(|(t, _)| *t <= upto);
-            *w = rest;
-            due
-        }
-        .into_iter()
-        .map(|(_, waker)| waker)
-        .collect();
-        for waker in due {
-            waker.wake();
-        }
+        self.waiters.wake_where(|t| *t <= upto);
     }
 }
 

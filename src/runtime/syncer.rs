@@ -1,8 +1,8 @@
 //! Group commit: one thread makes appends durable for every waiting publisher at once.
 //!
 //! Publishers write under the topic lock, release it, then queue a request here and wait
-//! until the segment is durable up to their end (no channel or allocation per publish:
-//! waiters park their waker in one shared list). The thread takes every queued request,
+//! until the segment is durable up to their end (no channel of their own: their wakers
+//! are parked in one list, `crate::parked`). The thread takes every queued request,
 //! syncs each segment once (skipping those a previous sync already covered) and wakes
 //! every waiter its sync covered. While it syncs, new requests queue up and share the
 //! next sync: N concurrent publishers cost far fewer than N fsyncs. No topic lock is held
@@ -11,11 +11,12 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
-use std::task::{Poll, Waker};
+use std::task::Poll;
 use std::thread::JoinHandle;
 
 use crate::error::{Error, Result};
 use crate::log::segment::Segment;
+use crate::parked::Parked;
 
 struct Request {
     segment: Arc<Segment>,
@@ -25,7 +26,7 @@ struct Request {
 /// Publishers waiting for a sync.
 #[derive(Default)]
 struct Waiters {
-    list: Mutex<Vec<(Arc<Segment>, u64, Waker)>>,
+    parked: Parked<(Arc<Segment>, u64)>,
     stopped: AtomicBool,
 }
 
@@ -46,17 +47,8 @@ impl Waiters {
 
     /// Wakes every waiter that has its outcome (all of them once stopped).
     fn wake_decided(&self) {
-        let due: Vec<Waker> = {
-            let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
-            let (due, rest): (Vec<_>, Vec<_>) = list
-                .drain(..)
-                .partition(|(seg, end, _)| self.outcome(seg, *end).is_some());
-            *list = rest;
-            due.into_iter().map(|(_, _, w)| w).collect()
-        };
-        for w in due {
-            w.wake();
-        }
+        self.parked
+            .wake_where(|(seg, end)| self.outcome(seg, *end).is_some());
     }
 }
 
@@ -101,23 +93,19 @@ impl Syncer {
             return Err(Error::Closed);
         }
         let w = &self.waiters;
-        let mut registered = false;
+        let mut again = false;
         std::future::poll_fn(|cx| {
-            if let Some(o) = w.outcome(&segment, end) {
-                return Poll::Ready(o);
+            let seen = std::mem::replace(&mut again, true);
+            match w.parked.poll(
+                cx.waker(),
+                seen,
+                || w.outcome(&segment, end),
+                || (segment.clone(), end),
+                |(s, e)| Arc::ptr_eq(s, &segment) && *e == end,
+            ) {
+                Some(o) => Poll::Ready(o),
+                None => Poll::Pending,
             }
-            let mut list = w.list.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(o) = w.outcome(&segment, end) {
-                return Poll::Ready(o);
-            }
-            let mine =
-                |(s, e, _): &&mut (Arc<Segment>, u64, Waker)| Arc::ptr_eq(s, &segment) && *e == end;
-            match list.iter_mut().find(|x| registered && mine(x)) {
-                Some((_, _, old)) => old.clone_from(cx.waker()),
-                None => list.push((segment.clone(), end, cx.waker().clone())),
-            }
-            registered = true;
-            Poll::Pending
         })
         .await
     }
@@ -125,11 +113,10 @@ impl Syncer {
     /// Answers what is queued, then stops the thread.
     pub fn stop(&self) {
         drop(self.tx.lock().unwrap_or_else(|e| e.into_inner()).take());
+        // The thread answers every waiter as it ends (see `run`).
         if let Some(t) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take() {
             let _ = t.join();
         }
-        self.waiters.stopped.store(true, Ordering::Release);
-        self.waiters.wake_decided();
     }
 }
 
