@@ -17,8 +17,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, TryLockError};
 
 use crate::Headers;
-pub use crate::catalog::AckWatch;
-use crate::catalog::{AttemptRecord, Catalog, DeadLetterIntent, Op, Snapshotter, TopicRecord};
+use crate::catalog::{
+    AckWatch, AttemptRecord, Catalog, DeadLetterIntent, Op, Snapshotter, TopicRecord,
+};
 use crate::error::{Error, Result};
 use crate::format::record::{self, Record};
 use crate::io::{DirLock, Fs};
@@ -187,7 +188,7 @@ impl Message for (bytes::Bytes, Headers) {
 }
 
 /// The offsets a publish got: a single message needs no list (no allocation).
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum Offsets {
     One(u64),
     Many(Vec<u64>),
@@ -614,7 +615,7 @@ impl Engine {
             }
         }
         Ok(Published {
-            offsets: match one_offset.filter(|_| single) {
+            offsets: match one_offset {
                 Some(o) => Offsets::One(o),
                 None => Offsets::Many(offsets),
             },
@@ -839,10 +840,6 @@ impl Engine {
         }))
     }
 
-    fn group_ops(&self, topic: &str, group: &str, g: &mut Group) -> Vec<Op> {
-        group_ops(topic, group, g)
-    }
-
     fn existing_group(&self, topic: &str, group: &str) -> Result<(Arc<Topic>, Arc<GroupCell>)> {
         names::check(topic)?;
         names::check(group)?;
@@ -899,7 +896,7 @@ impl Engine {
             }
             // In careful mode every step is committed, so a crash blames exactly one delivery.
             false if offset < g.careful_until => {
-                let ops = self.group_ops(&r.topic.name, &r.name, g);
+                let ops = group_ops(&r.topic.name, &r.name, g);
                 self.catalog.commit(&ops)?;
             }
             false => {}
@@ -943,7 +940,7 @@ impl Engine {
         self.clamp(&t, group, &mut g);
         self.take_cursor(&t, &mut g, offset)?;
         g.finish(offset);
-        let ops = self.group_ops(topic, group, &mut g);
+        let ops = group_ops(topic, group, &mut g);
         self.catalog.commit(&ops)
     }
 
@@ -1050,7 +1047,7 @@ impl Engine {
         g.attempts.insert(offset, rec.clone());
         g.redeliver.insert(offset);
         g.check();
-        let mut ops = self.group_ops(topic, group, g);
+        let mut ops = group_ops(topic, group, g);
         ops.push(Op::PutAttempt(
             topic.to_owned(),
             group.to_owned(),
@@ -1107,7 +1104,7 @@ impl Engine {
         g.in_flight.remove(&offset);
         g.finish(offset);
         g.dead_lettered += 1;
-        let mut ops = self.group_ops(topic, group, g);
+        let mut ops = group_ops(topic, group, g);
         ops.push(Op::DeleteIntent(topic.to_owned(), group.to_owned(), offset));
         self.catalog.commit(&ops)?;
         tracing::info!(
@@ -1208,7 +1205,7 @@ impl Engine {
                 g.finish(offset);
                 g.dead_lettered += 1;
             }
-            let mut ops = self.group_ops(&topic, &group, &mut g);
+            let mut ops = group_ops(&topic, &group, &mut g);
             ops.push(Op::DeleteIntent(topic.clone(), group.clone(), offset));
             self.catalog.commit(&ops)?;
             tracing::warn!(topic = %topic, group = %group, offset, copy_existed = found, stale,
@@ -1253,7 +1250,7 @@ impl Engine {
         }
         .clamp(earliest, next);
         g.reset(target);
-        let mut ops = self.group_ops(topic, group, &mut g);
+        let mut ops = group_ops(topic, group, &mut g);
         ops.push(Op::ClearAttempts(topic.to_owned(), group.to_owned()));
         self.catalog.commit(&ops)?;
         tracing::info!(
@@ -1320,7 +1317,7 @@ impl Engine {
                             g.redeliver.insert(o);
                         }
                     }
-                    ops.extend(self.group_ops(&t.name, &name, &mut g));
+                    ops.extend(group_ops(&t.name, &name, &mut g));
                 }
             }
         }

@@ -164,7 +164,6 @@ impl Consumer {
         if let Some(d) = self.next_lent() {
             return Ok(Some(d));
         }
-        self.lent = None;
         let sh = &self.shared;
         // The previous auto-ack delivery is acked under the same lock as the hand-out.
         let previous = self.previous.take();
