@@ -10,6 +10,15 @@ use spool::{Delivery, Error};
 const TOPIC: &str = "floor.events";
 const GROUP: &str = "workers";
 
+/// `n` deliveries in slots indexed by offset, so they can be finished in any order.
+async fn take_slots(c: &mut spool::Consumer, n: usize) -> Vec<Option<Delivery>> {
+    common_groups::take(c, n)
+        .await
+        .into_iter()
+        .map(Some)
+        .collect()
+}
+
 #[tokio::test]
 async fn nack_5_while_acking_6_to_9_leaves_the_cursor_at_5_across_reopen() {
     let dir = tempfile::tempdir().unwrap();
@@ -66,11 +75,7 @@ async fn an_unfinished_delivery_holds_the_floor_across_reopen() {
     let mq = open(dir.path(), "");
     publish_n(&mq, TOPIC, 10).await;
     let mut c = common_groups::manual(&mq, TOPIC, GROUP, 10);
-    let mut ds: Vec<Option<Delivery>> = common_groups::take(&mut c, 10)
-        .await
-        .into_iter()
-        .map(Some)
-        .collect();
+    let mut ds = take_slots(&mut c, 10).await;
     for o in [0, 1, 2, 4, 6, 7, 9] {
         ds[o].take().unwrap().ack().await.unwrap();
     }
@@ -106,11 +111,7 @@ async fn out_of_order_acks_advance_the_floor_only_over_a_contiguous_run() {
     let mq = open(dir.path(), "");
     publish_n(&mq, TOPIC, 6).await;
     let mut c = common_groups::manual(&mq, TOPIC, GROUP, 6);
-    let mut ds: Vec<Option<Delivery>> = common_groups::take(&mut c, 6)
-        .await
-        .into_iter()
-        .map(Some)
-        .collect();
+    let mut ds = take_slots(&mut c, 6).await;
     let mut floors = Vec::new();
     for o in [5, 3, 1, 0, 4, 2] {
         ds[o].take().unwrap().ack().await.unwrap();
@@ -238,11 +239,7 @@ async fn child_acks_around_a_nack_then_aborts() {
     assert_eq!(role, "floor-abort");
     let mq = open(&dir, "");
     let mut c = common_groups::manual(&mq, TOPIC, GROUP, 10);
-    let mut ds: Vec<Option<Delivery>> = common_groups::take(&mut c, 10)
-        .await
-        .into_iter()
-        .map(Some)
-        .collect();
+    let mut ds = take_slots(&mut c, 10).await;
     for o in [9, 8, 7, 6, 0, 1, 2, 3, 4] {
         ds[o].take().unwrap().ack().await.unwrap();
     }
