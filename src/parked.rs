@@ -44,6 +44,14 @@ impl<K> Parked<K> {
         None
     }
 
+    /// Calls `f` with every parked key (under the list's lock: keep it short).
+    pub fn for_each_key(&self, mut f: impl FnMut(&K)) {
+        let list = self.list.lock().unwrap_or_else(|e| e.into_inner());
+        for (k, _) in list.iter() {
+            f(k);
+        }
+    }
+
     /// Wakes and forgets every parked waker whose key `due` says is decided. Call after
     /// moving the mark.
     pub fn wake_where(&self, due: impl Fn(&K) -> bool) {

@@ -1,15 +1,15 @@
 //! Group commit: one thread makes appends durable for every waiting publisher at once.
 //!
-//! Publishers write under the topic lock, release it, then queue a request here and wait
-//! until the segment is durable up to their end (no channel of their own: their wakers
-//! are parked in one list, `crate::parked`). The thread takes every queued request,
-//! syncs each segment once (skipping those a previous sync already covered) and wakes
-//! every waiter its sync covered. While it syncs, new requests queue up and share the
-//! next sync: N concurrent publishers cost far fewer than N fsyncs. No topic lock is held
-//! across the fsync, so readers and writers go on.
+//! Publishers write under the topic lock, release it, then park their waker here (one
+//! list, `crate::parked`; no channel or allocation per publish) until the segment is
+//! durable up to their end, and raise a flag that unparks the thread if it was down. The
+//! thread lowers the flag, syncs each segment a parked waiter waits on once (skipping
+//! those a previous sync already covered) and wakes every waiter its sync covered. While
+//! it syncs, new waiters park and share the next sync: N concurrent publishers cost far
+//! fewer than N fsyncs. No topic lock is held across the fsync, so readers and writers
+//! go on.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::task::Poll;
 use std::thread::JoinHandle;
@@ -18,15 +18,15 @@ use crate::error::{Error, Result};
 use crate::log::segment::Segment;
 use crate::parked::Parked;
 
-struct Request {
-    segment: Arc<Segment>,
-    end: u64,
-}
-
-/// Publishers waiting for a sync.
+/// Publishers waiting for a sync, and the flags between them and the thread.
 #[derive(Default)]
 struct Waiters {
     parked: Parked<(Arc<Segment>, u64)>,
+    /// A waiter parked since the thread last looked at the list.
+    requested: AtomicBool,
+    /// `stop` was called: the thread answers what is parked, then ends.
+    stopping: AtomicBool,
+    /// The thread has ended: nobody syncs any more.
     stopped: AtomicBool,
 }
 
@@ -53,25 +53,25 @@ impl Waiters {
 }
 
 pub(crate) struct Syncer {
-    tx: Mutex<Option<mpsc::Sender<Request>>>,
-    thread: Mutex<Option<JoinHandle<()>>>,
+    join: Mutex<Option<JoinHandle<()>>>,
+    /// The sync thread, to unpark (harmless once it has ended).
+    thread: std::thread::Thread,
     waiters: Arc<Waiters>,
 }
 
 impl Syncer {
     pub fn start() -> Result<Syncer> {
-        let (tx, rx) = mpsc::channel::<Request>();
         let waiters = Arc::new(Waiters::default());
-        let thread = {
+        let join = {
             let waiters = waiters.clone();
             std::thread::Builder::new()
                 .name("spool-sync".into())
-                .spawn(move || run(&rx, &waiters))
+                .spawn(move || run(&waiters))
                 .map_err(|e| Error::io("starting the sync thread", e))?
         };
         Ok(Syncer {
-            tx: Mutex::new(Some(tx)),
-            thread: Mutex::new(Some(thread)),
+            thread: join.thread().clone(),
+            join: Mutex::new(Some(join)),
             waiters,
         })
     }
@@ -81,46 +81,44 @@ impl Syncer {
         if segment.is_synced_to(end) {
             return Ok(());
         }
-        let sent = {
-            let tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
-            let request = Request {
-                segment: segment.clone(),
-                end,
-            };
-            tx.as_ref().is_some_and(|tx| tx.send(request).is_ok())
-        };
-        if !sent {
-            return Err(Error::Closed);
-        }
         let w = &self.waiters;
         let mut again = false;
         std::future::poll_fn(|cx| {
             let seen = std::mem::replace(&mut again, true);
-            match w.parked.poll(
+            let outcome = w.parked.poll(
                 cx.waker(),
                 seen,
                 || w.outcome(&segment, end),
                 || (segment.clone(), end),
                 |(s, e)| Arc::ptr_eq(s, &segment) && *e == end,
-            ) {
+            );
+            match outcome {
                 Some(o) => Poll::Ready(o),
-                None => Poll::Pending,
+                None => {
+                    // Parked first, then flagged: the thread clears the flag before it
+                    // reads the list, so it either sees this waiter or is woken again.
+                    if !seen && !w.requested.swap(true, Ordering::AcqRel) {
+                        self.thread.unpark();
+                    }
+                    Poll::Pending
+                }
             }
         })
         .await
     }
 
-    /// Answers what is queued, then stops the thread.
+    /// Answers what is parked, then stops the thread.
     pub fn stop(&self) {
-        drop(self.tx.lock().unwrap_or_else(|e| e.into_inner()).take());
+        self.waiters.stopping.store(true, Ordering::Release);
         // The thread answers every waiter as it ends (see `run`).
-        if let Some(t) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        self.thread.unpark();
+        if let Some(t) = self.join.lock().unwrap_or_else(|e| e.into_inner()).take() {
             let _ = t.join();
         }
     }
 }
 
-fn run(rx: &mpsc::Receiver<Request>, waiters: &Waiters) {
+fn run(waiters: &Waiters) {
     // However the thread ends (a panic included), no publisher may wait for it forever.
     struct Stopped<'a>(&'a Waiters);
     impl Drop for Stopped<'_> {
@@ -130,20 +128,82 @@ fn run(rx: &mpsc::Receiver<Request>, waiters: &Waiters) {
         }
     }
     let _stopped = Stopped(waiters);
-    while let Ok(first) = rx.recv() {
-        let mut batch = vec![first];
-        batch.extend(rx.try_iter());
-        // One sync per distinct segment; `Segment::sync` skips work already covered, and
-        // a failure poisons the segment, which its waiters see.
-        let mut synced: Vec<*const Segment> = Vec::new();
-        for req in &batch {
-            let key = Arc::as_ptr(&req.segment);
-            if !synced.contains(&key) {
-                synced.push(key);
-                let _ = req.segment.sync();
+    loop {
+        if !waiters.requested.swap(false, Ordering::AcqRel) {
+            if waiters.stopping.load(Ordering::Acquire) {
+                // One last look: a waiter that parked before `stop` is still synced.
+                if !waiters.requested.swap(false, Ordering::AcqRel) {
+                    return;
+                }
+            } else {
+                std::thread::park();
+                continue;
             }
-            debug_assert!(req.segment.poisoned().is_some() || req.segment.is_synced_to(req.end));
+        }
+        // One sync per distinct segment with a waiter; `Segment::sync` skips work already
+        // covered, and a failure poisons the segment, which its waiters see.
+        let mut segments: Vec<Arc<Segment>> = Vec::new();
+        waiters.parked.for_each_key(|(seg, _)| {
+            if !segments.iter().any(|s| Arc::ptr_eq(s, seg)) {
+                segments.push(seg.clone());
+            }
+        });
+        for seg in &segments {
+            let _ = seg.sync();
         }
         waiters.wake_decided();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Headers;
+    use crate::io::Fs;
+    use crate::log::{Append, LogConfig, TopicLog};
+
+    fn append(log: &mut TopicLog) -> u64 {
+        let headers = Headers::new();
+        let m = Append {
+            payload: b"x",
+            headers: &headers,
+            headers_len: crate::format::record::headers_len(&headers),
+        };
+        log.append(&[m], 0).expect("append");
+        log.active().end()
+    }
+
+    #[test]
+    fn concurrent_waiters_share_syncs_and_a_stopped_syncer_answers_closed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cfg = LogConfig {
+            segment_bytes: 1 << 20,
+            index_interval_bytes: 4096,
+            max_body: 1 << 16,
+            preallocate: true,
+        };
+        let mut log = TopicLog::open(&Fs::real(), dir.path(), cfg, 0).expect("open");
+        let syncer = Arc::new(Syncer::start().expect("start"));
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .build()
+            .expect("runtime");
+        let ends: Vec<u64> = (0..64).map(|_| append(&mut log)).collect();
+        let seg = log.active().clone();
+        rt.block_on(async {
+            let mut tasks = Vec::new();
+            for end in ends.iter().copied() {
+                let (syncer, seg) = (syncer.clone(), seg.clone());
+                tasks.push(tokio::spawn(async move { syncer.sync(seg, end).await }));
+            }
+            for t in tasks {
+                t.await.expect("task").expect("synced");
+            }
+        });
+        assert!(seg.is_synced_to(*ends.last().expect("ends")));
+        syncer.stop();
+        let end = append(&mut log);
+        let late = rt.block_on(syncer.sync(seg, end));
+        assert!(matches!(late, Err(Error::Closed)), "{late:?}");
     }
 }
