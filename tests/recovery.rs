@@ -423,6 +423,61 @@ async fn a_clean_reopen_keeps_sealed_indexes_as_they_are() {
     }
 }
 
+/// Rewrites a sealed index's footer as written before the summary had a crc of its own
+/// (zero there), after `edit` changed its bytes 0..56, with a valid overall crc.
+fn as_legacy_footer(mut b: Vec<u8>, edit: impl Fn(&mut [u8])) -> Vec<u8> {
+    let f = b.len() - 64;
+    edit(&mut b[f..f + 56]);
+    b[f + 56..f + 60].fill(0);
+    let crc = crc32fast::hash(&b[..f + 60]);
+    b[f + 60..].copy_from_slice(&crc.to_le_bytes());
+    b
+}
+
+/// Sealed indexes whose footer has no summary crc (written by an earlier build) still
+/// open, and their summary is checked against the data: one that lies about its `next`
+/// offset (overall crc valid) is caught and the index rebuilt, never believed.
+#[tokio::test]
+async fn sealed_indexes_from_before_the_summary_crc_open_and_are_checked_against_the_data() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let opts = Options {
+        index_interval_bytes: 300,
+        ..tiny_segments(tmp.path(), 1024)
+    };
+    let template = tmp.path().join("template");
+    prepared(&template, &opts, 40).await;
+    let lie = |f: &mut [u8]| {
+        let next = u64::from_le_bytes(f[16..24].try_into().expect("8 bytes"));
+        f[16..24].copy_from_slice(&(next + 1).to_le_bytes());
+    };
+    for (label, lying) in [("legacy", false), ("legacy, lying about next", true)] {
+        let dir = tmp.path().join(label.replace([' ', ','], "-"));
+        copy_dir(&template, &dir);
+        let n = rewrite_indexes(&dir, |_, b| {
+            if b.len() < 96 || b[b.len() - 64..b.len() - 60] != *b"SPX\x01" {
+                return Some(b); // the active segment's index has no footer
+            }
+            Some(if lying {
+                as_legacy_footer(b, lie)
+            } else {
+                as_legacy_footer(b, |_| {})
+            })
+        });
+        assert!(n > 3, "{label}");
+        let mq = open(&Options {
+            data_source: dir.clone(),
+            ..opts.clone()
+        });
+        assert_prefix(&mq, 40, label).await;
+        for from in 0..40u64 {
+            let got = mq.fetch("t", from, 2).await.expect("fetch");
+            assert_eq!(got[0].offset(), from, "{label}: read from {from}");
+        }
+        mq.close().await.expect("close");
+        assert_recovers_to(&dir, &opts, 40, label).await;
+    }
+}
+
 #[tokio::test]
 async fn damage_inside_a_sealed_segment_is_corrupt_on_read_never_a_bad_record() {
     let tmp = tempfile::tempdir().expect("tempdir");

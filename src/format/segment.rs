@@ -14,8 +14,19 @@ pub const INDEX_ENTRY_LEN: usize = 32;
 /// `b"SPX"` + version 1, at the start of the sealed-index footer.
 pub const FOOTER_MAGIC: [u8; 4] = [b'S', b'P', b'X', 1];
 /// `magic[4] | entry_count u32 | base u64 | next u64 | bytes u64 | first_ts u64 | last_ts u64 |
-/// id_count u64 | reserved u32 (0) | crc32 u32` (crc over all entries and the footer before it).
+/// id_count u64 | summary_crc u32 | crc32 u32`: `summary_crc` covers footer bytes 0..56 (0 in
+/// footers written before it existed), the last crc all entries and footer bytes 0..60.
 pub const FOOTER_LEN: usize = 64;
+
+/// A sealed-index footer on its own (without the entries its last crc covers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Footer {
+    pub entry_count: u64,
+    pub summary: SegmentSummary,
+    /// The summary's own crc matched: it was written whole, so open may trust it without
+    /// checking it against the data. `false` for footers from before that crc existed.
+    pub summary_checked: bool,
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct IndexEntry {
@@ -111,11 +122,37 @@ pub fn encode_footer(entries_bytes: &[u8], s: &SegmentSummary) -> [u8; FOOTER_LE
     {
         f[8 + i * 8..16 + i * 8].copy_from_slice(&v.to_le_bytes());
     }
+    let summary_crc = crc32fast::hash(&f[0..56]);
+    f[56..60].copy_from_slice(&summary_crc.to_le_bytes());
     let mut h = crc32fast::Hasher::new();
     h.update(entries_bytes);
     h.update(&f[0..60]);
     f[60..64].copy_from_slice(&h.finalize().to_le_bytes());
     f
+}
+
+/// Parses a footer alone. `None` if it is not one, or its summary crc is present and wrong.
+pub fn decode_footer(f: &[u8]) -> Option<Footer> {
+    if f.len() != FOOTER_LEN || f[0..4] != FOOTER_MAGIC {
+        return None;
+    }
+    let summary_crc = le_u32(f, 56);
+    let summary_checked = summary_crc != 0 && summary_crc == crc32fast::hash(&f[0..56]);
+    if summary_crc != 0 && !summary_checked {
+        return None;
+    }
+    Some(Footer {
+        entry_count: u64::from(le_u32(f, 4)),
+        summary: SegmentSummary {
+            base: le_u64(f, 8),
+            next: le_u64(f, 16),
+            bytes: le_u64(f, 24),
+            first_ts: le_u64(f, 32),
+            last_ts: le_u64(f, 40),
+            id_count: le_u64(f, 48),
+        },
+        summary_checked,
+    })
 }
 
 /// Parses a whole sealed index file (entries + footer). `None` if it is not one, for
@@ -125,24 +162,17 @@ pub fn decode_sealed_index(file: &[u8]) -> Option<(Vec<IndexEntry>, SegmentSumma
         return None;
     }
     let (entries, f) = file.split_at(file.len() - FOOTER_LEN);
-    if f[0..4] != FOOTER_MAGIC || le_u32(f, 4) as usize * INDEX_ENTRY_LEN != entries.len() {
+    let footer = decode_footer(f)?;
+    if footer.entry_count * INDEX_ENTRY_LEN as u64 != entries.len() as u64 {
         return None;
     }
     let mut h = crc32fast::Hasher::new();
     h.update(entries);
     h.update(&f[0..60]);
-    if h.finalize() != le_u32(f, 60) || le_u32(f, 56) != 0 {
+    if h.finalize() != le_u32(f, 60) {
         return None;
     }
-    let s = SegmentSummary {
-        base: le_u64(f, 8),
-        next: le_u64(f, 16),
-        bytes: le_u64(f, 24),
-        first_ts: le_u64(f, 32),
-        last_ts: le_u64(f, 40),
-        id_count: le_u64(f, 48),
-    };
-    Some((decode_entries(entries), s))
+    Some((decode_entries(entries), footer.summary))
 }
 
 #[cfg(test)]
@@ -193,5 +223,40 @@ mod tests {
         assert_eq!(e.len(), 1);
         file[3] ^= 1;
         assert!(decode_sealed_index(&file).is_none());
+    }
+
+    #[test]
+    fn a_footer_summary_carries_its_own_crc_and_legacy_footers_without_it_still_decode() {
+        let s = SegmentSummary {
+            base: 7,
+            next: 70,
+            bytes: 4096,
+            first_ts: 1,
+            last_ts: 2,
+            id_count: 3,
+        };
+        let f = encode_footer(&[], &s);
+        let got = decode_footer(&f).expect("valid");
+        assert!(got.summary_checked);
+        assert_eq!((got.summary, got.entry_count), (s, 0));
+        // Any damaged summary byte is refused (bytes 0..56 are under the summary crc).
+        for i in 0..56 {
+            let mut d = f;
+            d[i] ^= 0x04;
+            assert!(
+                decode_footer(&d).is_none_or(|d| d.summary != s || !d.summary_checked),
+                "byte {i}"
+            );
+        }
+        // A footer from before the summary crc (zero there) decodes, unchecked, and a whole
+        // sealed index with it is still valid (the last crc covers the entries).
+        let mut legacy = f;
+        legacy[56..60].fill(0);
+        let mut h = crc32fast::Hasher::new();
+        h.update(&legacy[0..60]);
+        legacy[60..64].copy_from_slice(&h.finalize().to_le_bytes());
+        let got = decode_footer(&legacy).expect("legacy");
+        assert!(!got.summary_checked);
+        assert_eq!(decode_sealed_index(&legacy).map(|(_, s)| s), Some(s));
     }
 }

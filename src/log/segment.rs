@@ -183,9 +183,17 @@ impl Segment {
         let len = file.len()?;
         check_header(&file, base)?;
         let footer = read_footer(fs, &index_path)?
-            .filter(|(s, _, _)| s.base == base && s.bytes == len && s.next >= base);
-        if let Some((s, first, last)) = footer
-            && footer_agrees(&file, &s, &first, &last, interval, max_body)?
+            .filter(|(s, _)| s.base == base && s.bytes == len && s.next >= base);
+        let trusted = match footer {
+            // Its own crc says the summary was written whole, after the data was synced.
+            Some((_, Unchecked::No)) => true,
+            Some((s, Unchecked::Ends(first, last))) => {
+                footer_agrees(&file, &s, &first, &last, interval, max_body)?
+            }
+            None => false,
+        };
+        if let Some((s, _)) = footer
+            && trusted
         {
             let seg =
                 Segment::from_parts(fs, path, index_path, file, base, s, true, max_body, poison);
@@ -203,7 +211,7 @@ impl Segment {
             |_| {},
         )?;
         if let Some(why) = scan.stop {
-            if let Some((s, _, _)) = footer {
+            if let Some((s, _)) = footer {
                 // The data itself is damaged, so the footer could not be confirmed; it is
                 // still the best summary there is. Reads of the damaged range fail with
                 // `Error::Corrupt`, as they would have with an intact footer.
@@ -636,12 +644,20 @@ fn read_chunk(file: &DataFile, pos: u64, len: usize) -> Result<Bytes> {
     Ok(buf.freeze())
 }
 
-/// Reads a sealed index's footer and its first and last entries (open reads nothing else
-/// of it; the entries between are checked against the footer's crc when first used).
-fn read_footer(
-    fs: &Fs,
-    index_path: &Path,
-) -> Result<Option<(SegmentSummary, IndexEntry, IndexEntry)>> {
+/// What still has to be checked of a footer's summary before open trusts it.
+#[derive(Clone, Copy, Debug)]
+enum Unchecked {
+    /// Nothing: its own crc matched.
+    No,
+    /// A footer from before the summary crc: its first and last entries, to check the
+    /// summary against the data (`footer_agrees`).
+    Ends(IndexEntry, IndexEntry),
+}
+
+/// Reads a sealed index's footer (and, for a footer without a summary crc, its first and
+/// last entries). Open reads nothing else of it; the entries are checked against the
+/// footer's crc when first used.
+fn read_footer(fs: &Fs, index_path: &Path) -> Result<Option<(SegmentSummary, Unchecked)>> {
     let Ok(f) = fs.open(index_path) else {
         return Ok(None);
     };
@@ -656,29 +672,20 @@ fn read_footer(
         return Ok(None);
     }
     let (last_entry, footer) = tail.split_at(INDEX_ENTRY_LEN);
-    let entries_len = len - FOOTER_LEN as u64;
-    let count = u32::from_le_bytes([footer[4], footer[5], footer[6], footer[7]]) as u64;
-    if footer[0..4] != fmt::FOOTER_MAGIC || count * INDEX_ENTRY_LEN as u64 != entries_len {
+    let Some(footer) = fmt::decode_footer(footer) else {
+        return Ok(None);
+    };
+    if footer.entry_count * INDEX_ENTRY_LEN as u64 != len - FOOTER_LEN as u64 {
         return Ok(None);
     }
-    let u = |at: usize| {
-        let mut a = [0u8; 8];
-        a.copy_from_slice(&footer[at..at + 8]);
-        u64::from_le_bytes(a)
-    };
+    if footer.summary_checked {
+        return Ok(Some((footer.summary, Unchecked::No)));
+    }
     let mut entry = [0u8; INDEX_ENTRY_LEN];
     f.read_at(&mut entry, 0)?;
     let first = fmt::decode_entries(&entry)[0];
     let last = fmt::decode_entries(last_entry)[0];
-    let s = SegmentSummary {
-        base: u(8),
-        next: u(16),
-        bytes: u(24),
-        first_ts: u(32),
-        last_ts: u(40),
-        id_count: u(48),
-    };
-    Ok(Some((s, first, last)))
+    Ok(Some((footer.summary, Unchecked::Ends(first, last))))
 }
 
 /// Whether a sealed index's footer tells the truth about its segment, checked from the
