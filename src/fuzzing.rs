@@ -40,6 +40,7 @@ pub fn decode_records(data: &[u8]) {
     }
     let _ = seg::decode_header(data);
     let _ = seg::decode_sealed_index(data);
+    let _ = seg::decode_footer(data);
     let _ = seg::decode_entries(data);
 }
 
