@@ -77,9 +77,10 @@ fn recover_and_check(
         index_interval_bytes: 64,
         max_body: 1 << 20,
         preallocate: true,
+        seal_in_background: false,
     };
     std::fs::create_dir_all(topic).ok()?;
-    let mut bytes = seg::encode_header(0, 0).to_vec();
+    let mut bytes = seg::encode_header(0, 0, 0).to_vec();
     // Half the inputs get a valid header so the fuzzer reaches the record scan quickly.
     if data.first().is_some_and(|b| b & 1 == 1) {
         bytes.clear();

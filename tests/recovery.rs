@@ -478,6 +478,72 @@ async fn sealed_indexes_from_before_the_summary_crc_open_and_are_checked_against
     }
 }
 
+/// Sets the header flags of a segment file (and its header crc); flag 1 is what a writer
+/// sets when the segment before it is still being synced in the background (`Sync=None`).
+fn set_header_flags(path: &Path, flags: u32) {
+    let mut b = std::fs::read(path).expect("read");
+    b[4..8].copy_from_slice(&flags.to_le_bytes());
+    let crc = crc32fast::hash(&b[0..28]);
+    b[28..32].copy_from_slice(&crc.to_le_bytes());
+    std::fs::write(path, b).expect("write");
+}
+
+/// A power cut while the segment before the active one was still being synced (the active
+/// one says so in its header) cuts the log back to what that segment kept: the active
+/// segment, whose records came after the loss, goes too, and publishing goes on densely.
+/// Without the flag, the same damage is not taken for an unsynced tail: it stays an error
+/// or a rebuilt index, never a silently shorter log.
+#[tokio::test]
+async fn a_segment_lost_while_being_synced_cuts_the_log_back_to_it() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let opts = tiny_segments(tmp.path(), 1024);
+    let template = tmp.path().join("template");
+    prepared(&template, &opts, 40).await;
+    let files = segment_files(&template, "t");
+    assert!(files.len() >= 3, "several segments: {files:?}");
+    let prev = files[files.len() - 2].clone();
+    let prev_base = common_core::base_of(&prev);
+    let last = files[files.len() - 1].clone();
+    // The unsynced part of `prev` was lost: it ends two records early, index and all.
+    let cut = |dir: &Path| {
+        let p = dir.join(prev.strip_prefix(&template).expect("inside"));
+        let len = std::fs::metadata(&p).expect("meta").len();
+        std::fs::File::options()
+            .write(true)
+            .open(&p)
+            .expect("open")
+            .set_len(len - 2 * FRAME)
+            .expect("truncate");
+        std::fs::remove_file(p.with_extension("idx")).expect("remove idx");
+        p
+    };
+    let kept = common_core::base_of(&last) - 2;
+    assert!(kept > prev_base);
+
+    let dir = tmp.path().join("flagged");
+    copy_dir(&template, &dir);
+    cut(&dir);
+    set_header_flags(&dir.join(last.strip_prefix(&template).expect("inside")), 1);
+    assert_recovers_to(&dir, &opts, kept, "segment lost while being synced").await;
+
+    let dir = tmp.path().join("not-flagged");
+    copy_dir(&template, &dir);
+    cut(&dir);
+    set_header_flags(&dir.join(last.strip_prefix(&template).expect("inside")), 0);
+    let o = Options {
+        data_source: dir.clone(),
+        ..opts.clone()
+    };
+    match Spool::open_with(o) {
+        Err(e) => assert!(matches!(e, Error::Corrupt { .. }), "{e}"),
+        Ok(mq) => {
+            let info = mq.topic_info("t").expect("info");
+            assert_eq!(info.next, 40, "not cut back without the flag");
+            mq.close().await.expect("close");
+        }
+    }
+}
+
 #[tokio::test]
 async fn damage_inside_a_sealed_segment_is_corrupt_on_read_never_a_bad_record() {
     let tmp = tempfile::tempdir().expect("tempdir");

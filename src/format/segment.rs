@@ -2,8 +2,21 @@
 
 /// `b"SPL"` + format version 1: a reader of another version refuses the file.
 pub const SEGMENT_MAGIC: [u8; 4] = [b'S', b'P', b'L', 1];
-/// `magic[4] | reserved u32 (0) | base_offset u64 | created_ms u64 | reserved u32 (0) | crc32 u32`.
+/// `magic[4] | flags u32 | base_offset u64 | created_ms u64 | reserved u32 (0) | crc32 u32`.
 pub const SEGMENT_HEADER_LEN: usize = 32;
+
+/// Header flag: when this segment was created, the one before it was still being synced
+/// in the background (`Sync=None`), so after a power cut that one may have lost its tail,
+/// and everything from the loss on (this segment included) is cut off at open.
+pub const FLAG_FOLLOWS_UNSYNCED: u32 = 1;
+const KNOWN_FLAGS: u32 = FLAG_FOLLOWS_UNSYNCED;
+
+/// What a segment header says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SegmentHeader {
+    pub base: u64,
+    pub flags: u32,
+}
 
 /// Sparse index entry: `offset u64 | position u64 | timestamp_ms u64 | ids_before u64`. One
 /// list serves as the offset index (offset -> position), the time index (timestamp ->
@@ -62,9 +75,11 @@ fn le_u32(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes(a)
 }
 
-pub fn encode_header(base: u64, created_ms: u64) -> [u8; SEGMENT_HEADER_LEN] {
+pub fn encode_header(base: u64, created_ms: u64, flags: u32) -> [u8; SEGMENT_HEADER_LEN] {
+    debug_assert_eq!(flags & !KNOWN_FLAGS, 0);
     let mut h = [0u8; SEGMENT_HEADER_LEN];
     h[0..4].copy_from_slice(&SEGMENT_MAGIC);
+    h[4..8].copy_from_slice(&flags.to_le_bytes());
     h[8..16].copy_from_slice(&base.to_le_bytes());
     h[16..24].copy_from_slice(&created_ms.to_le_bytes());
     let crc = crc32fast::hash(&h[0..28]);
@@ -72,8 +87,8 @@ pub fn encode_header(base: u64, created_ms: u64) -> [u8; SEGMENT_HEADER_LEN] {
     h
 }
 
-/// Returns the base offset written in a segment header.
-pub fn decode_header(h: &[u8]) -> Result<u64, &'static str> {
+/// Checks and decodes a segment header.
+pub fn decode_header(h: &[u8]) -> Result<SegmentHeader, &'static str> {
     if h.len() < SEGMENT_HEADER_LEN {
         return Err("segment shorter than its header");
     }
@@ -86,10 +101,13 @@ pub fn decode_header(h: &[u8]) -> Result<u64, &'static str> {
     if crc32fast::hash(&h[0..28]) != le_u32(h, 28) {
         return Err("segment header checksum mismatch");
     }
-    if le_u32(h, 4) != 0 || le_u32(h, 24) != 0 {
-        return Err("segment header reserved fields are not zero");
+    if le_u32(h, 4) & !KNOWN_FLAGS != 0 || le_u32(h, 24) != 0 {
+        return Err("segment header has unknown flags or reserved fields that are not zero");
     }
-    Ok(le_u64(h, 8))
+    Ok(SegmentHeader {
+        base: le_u64(h, 8),
+        flags: le_u32(h, 4),
+    })
 }
 
 pub fn encode_entry(e: &IndexEntry, out: &mut Vec<u8>) {
@@ -181,8 +199,8 @@ mod tests {
 
     #[test]
     fn header_round_trips_and_rejects_damage() {
-        let h = encode_header(42, 7);
-        assert_eq!(decode_header(&h), Ok(42));
+        let h = encode_header(42, 7, 0);
+        assert_eq!(decode_header(&h), Ok(SegmentHeader { base: 42, flags: 0 }));
         let hex: String = h.iter().map(|b| format!("{b:02x}")).collect();
         // Documented in ARCHITECTURE.md ("Segment header").
         assert_eq!(
@@ -194,6 +212,17 @@ mod tests {
             d[i] ^= 0x10;
             assert!(decode_header(&d).is_err(), "byte {i}");
         }
+        let f = encode_header(42, 7, FLAG_FOLLOWS_UNSYNCED);
+        assert_eq!(
+            decode_header(&f).map(|h| h.flags),
+            Ok(FLAG_FOLLOWS_UNSYNCED)
+        );
+        // A flag this build does not know (a newer writer's) is refused, crc or not.
+        let mut unknown = f;
+        unknown[4] |= 0x80;
+        let crc = crc32fast::hash(&unknown[0..28]);
+        unknown[28..32].copy_from_slice(&crc.to_le_bytes());
+        assert!(decode_header(&unknown).is_err());
     }
 
     #[test]

@@ -14,7 +14,9 @@ use std::sync::{Arc, OnceLock, RwLock};
 use crate::Headers;
 use crate::error::{Error, Result};
 use crate::format::record::{self, Record};
-use crate::format::segment::{INDEX_ENTRY_LEN, IndexEntry, SEGMENT_HEADER_LEN, encode_entry};
+use crate::format::segment::{
+    FLAG_FOLLOWS_UNSYNCED, INDEX_ENTRY_LEN, IndexEntry, SEGMENT_HEADER_LEN, encode_entry,
+};
 use crate::io::{DataFile, Fs};
 pub use segment::MESSAGE_ID_HEADER;
 use segment::{Poison, Segment, read_lock, wants_entry, write_lock};
@@ -53,6 +55,10 @@ pub struct LogConfig {
     pub max_body: usize,
     /// Write zeros ahead of the records (pays off only when every append is synced).
     pub preallocate: bool,
+    /// Sync and index a sealed segment in the background instead of in the roll
+    /// (`Sync=None`: no publish waits for the disk, and recovery cuts the log back to the
+    /// first loss, see `open`).
+    pub seal_in_background: bool,
 }
 
 /// What the log reports about itself.
@@ -93,6 +99,9 @@ pub struct TopicLog {
     buf: Vec<u8>,
     index_buf: Vec<u8>,
     poison: Poison,
+    /// The previous segment's background sealing (`seal_in_background`); at most one, so
+    /// that only the segment before the active one can be unsynced.
+    sealing: Option<std::thread::JoinHandle<Result<()>>>,
 }
 
 /// One message to append.
@@ -139,8 +148,25 @@ impl TopicLog {
             fs.remove_file(&dir.join(segment::index_file_name(last)))?;
             bases.pop();
         }
-        let mut segments: Vec<Arc<Segment>> = Vec::with_capacity(bases.len().max(1));
         let interval = cfg.index_interval_bytes;
+        // The active segment was created while the one before it was still being synced
+        // (`seal_in_background`): if that one lost records, the active one's records come
+        // after the loss, so both are cut back to it (the log stays a prefix, no gap).
+        if let [.., prev, last] = bases[..] {
+            let last_path = dir.join(segment::segment_file_name(last));
+            let prev_path = dir.join(segment::segment_file_name(prev));
+            if segment::header_flags(fs, &last_path, last) & FLAG_FOLLOWS_UNSYNCED != 0
+                && !segment::is_whole(fs, &prev_path, prev, last, cfg.max_body, interval)?
+            {
+                tracing::warn!(segment = %prev_path.display(), dropped = %last_path.display(),
+                    "the segment before the active one lost unsynced records (power cut while it was being synced); the log is cut back to them");
+                fs.remove_file(&last_path)?;
+                fs.remove_file(&dir.join(segment::index_file_name(last)))?;
+                fs.sync_dir(dir)?;
+                bases.pop();
+            }
+        }
+        let mut segments: Vec<Arc<Segment>> = Vec::with_capacity(bases.len().max(1));
         for (i, &base) in bases.iter().enumerate() {
             let path = dir.join(segment::segment_file_name(base));
             let seg = if i + 1 == bases.len() {
@@ -169,6 +195,7 @@ impl TopicLog {
                 now_ms,
                 cfg.max_body,
                 poison.clone(),
+                0,
             )?));
         }
         let active = segments
@@ -199,6 +226,7 @@ impl TopicLog {
             buf: Vec::new(),
             index_buf: Vec::new(),
             poison,
+            sealing: None,
         })
     }
 
@@ -305,10 +333,15 @@ impl TopicLog {
             .publish_progress(p.end, p.next, p.first_ts, p.last_ts, p.ids, &p.entries);
         self.reader.bounds[1].store(p.next, Ordering::Release);
         p.entries.clear();
-        // Without a sync per append (Sync=None/Interval), write back in the background every
-        // few MiB, so that the sync at the roll finds little left and does not stall the
-        // writer for a whole segment's worth of dirty pages.
-        if !self.cfg.preallocate && p.end / WRITE_BACK_BYTES > at / WRITE_BACK_BYTES {
+        // Under Sync=Interval (no sync per append, a sync in the roll), write back in the
+        // background every few MiB, so that the sync at the roll finds little left and does
+        // not stall the writer for a whole segment's worth of dirty pages. Under Sync=None
+        // the roll does not sync (`seal_in_background`), and these syncs only competed with
+        // the writer (measured: 6.0-6.7 M msg/s with them, 7.2-7.5 M without).
+        if !self.cfg.preallocate
+            && !self.cfg.seal_in_background
+            && p.end / WRITE_BACK_BYTES > at / WRITE_BACK_BYTES
+        {
             let seg = self.active.clone();
             let spawned = std::thread::Builder::new()
                 .name("spool-writeback".into())
@@ -343,15 +376,18 @@ impl TopicLog {
         Ok(())
     }
 
-    /// Seals the active segment (trimmed to its records, synced, index footer written)
-    /// and starts a new one.
+    /// Seals the active segment (trimmed to its records, synced, index footer written;
+    /// with `seal_in_background` the last two on a thread) and starts a new one.
     fn roll(&mut self, now_ms: u64) -> Result<()> {
+        // Recovery assumes that only the segment before the active one can be unsynced.
+        self.finish_sealing()?;
         self.active.file.set_len(self.active.end())?;
-        self.active.sync_after_resize()?;
+        let background = self.cfg.seal_in_background;
+        if !background {
+            seal(&self.fs, &self.active, self.cfg.index_interval_bytes)?;
+        }
         let s = self.active.summary();
-        let entries = self.active.index(self.cfg.index_interval_bytes)?;
-        segment::write_sealed_index(&self.fs, &self.active.index_path, &entries, &s)?;
-        self.active.mark_sealed();
+        let flags = if background { FLAG_FOLLOWS_UNSYNCED } else { 0 };
         let seg = match Segment::create(
             &self.fs,
             &self.dir,
@@ -359,6 +395,7 @@ impl TopicLog {
             now_ms,
             self.cfg.max_body,
             self.poison.clone(),
+            flags,
         ) {
             Ok(seg) => Arc::new(seg),
             Err(e) => {
@@ -371,12 +408,41 @@ impl TopicLog {
         self.index_count = 0;
         self.allocated = SEGMENT_HEADER_LEN as u64;
         write_lock(&self.reader.segments).push(seg.clone());
-        self.active = seg;
+        let old = std::mem::replace(&mut self.active, seg);
+        if background {
+            let (fs, interval, seg) = (self.fs.clone(), self.cfg.index_interval_bytes, old.clone());
+            let spawned = std::thread::Builder::new()
+                .name("spool-seal".into())
+                .spawn(move || seal(&fs, &seg, interval));
+            match spawned {
+                Ok(h) => self.sealing = Some(h),
+                // No thread: seal here; the segment is no less sealed for it.
+                Err(_) => seal(&self.fs, &old, self.cfg.index_interval_bytes)?,
+            }
+        }
         Ok(())
     }
 
-    /// Makes everything appended so far durable.
-    pub fn sync(&self) -> Result<()> {
+    /// Waits for the previous segment's background sealing; its failure poisons the topic
+    /// (the records may not be durable).
+    pub fn finish_sealing(&mut self) -> Result<()> {
+        let Some(h) = self.sealing.take() else {
+            return Ok(());
+        };
+        let r = h.join().unwrap_or_else(|_| {
+            Err(Error::Poisoned {
+                reason: "the sealing thread panicked".into(),
+            })
+        });
+        if let Err(e) = &r {
+            let _ = self.poison.set(format!("sealing a segment failed: {e}"));
+        }
+        r
+    }
+
+    /// Makes everything appended so far durable (the segment being sealed included).
+    pub fn sync(&mut self) -> Result<()> {
+        self.finish_sealing()?;
         self.active.sync()
     }
 
@@ -389,6 +455,8 @@ impl TopicLog {
         max_bytes: u64,
         max_age_ms: u64,
     ) -> Result<usize> {
+        // Never delete a segment its sealing thread is still writing the index of.
+        self.finish_sealing()?;
         let mut removed = Vec::new();
         {
             let mut segs = write_lock(&self.reader.segments);
@@ -419,6 +487,18 @@ impl TopicLog {
         }
         Ok(removed.len())
     }
+}
+
+/// Syncs `seg` (trimmed already), writes its sealed index and marks it sealed. Marked only
+/// after the index is written: until then its in-memory index stays (a sealed segment's
+/// index may be dropped and reread from the file).
+fn seal(fs: &Fs, seg: &Segment, interval: u64) -> Result<()> {
+    seg.sync_after_resize()?;
+    let s = seg.summary();
+    let entries = seg.index(interval)?;
+    segment::write_sealed_index(fs, &seg.index_path, &entries, &s)?;
+    seg.mark_sealed();
+    Ok(())
 }
 
 /// The active segment's state while a batch is being encoded.

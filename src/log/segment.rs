@@ -136,11 +136,12 @@ impl Segment {
         now_ms: u64,
         max_body: usize,
         poison: Poison,
+        flags: u32,
     ) -> Result<Segment> {
         let path = dir.join(segment_file_name(base));
         let index_path = dir.join(index_file_name(base));
         let file = fs.create_new(&path)?;
-        file.write_all_at(&fmt::encode_header(base, now_ms), 0)?;
+        file.write_all_at(&fmt::encode_header(base, now_ms, flags), 0)?;
         file.sync_data()?;
         // A stale index from an earlier life of this base would mislead readers.
         fs.remove_file(&index_path)?;
@@ -182,19 +183,7 @@ impl Segment {
         let file = fs.open(&path)?;
         let len = file.len()?;
         check_header(&file, base)?;
-        let footer = read_footer(fs, &index_path)?
-            .filter(|(s, _)| s.base == base && s.bytes == len && s.next >= base);
-        let trusted = match footer {
-            // Its own crc says the summary was written whole, after the data was synced.
-            Some((_, Unchecked::No)) => true,
-            Some((s, Unchecked::Ends(first, last))) => {
-                footer_agrees(&file, &s, &first, &last, interval, max_body)?
-            }
-            None => false,
-        };
-        if let Some((s, _)) = footer
-            && trusted
-        {
+        if let Some(s) = trusted_footer(fs, &file, &index_path, base, len, interval, max_body)? {
             let seg =
                 Segment::from_parts(fs, path, index_path, file, base, s, true, max_body, poison);
             seg.index_loaded.store(false, Ordering::Release);
@@ -211,6 +200,8 @@ impl Segment {
             |_| {},
         )?;
         if let Some(why) = scan.stop {
+            let footer = read_footer(fs, &index_path)?
+                .filter(|(s, _)| s.base == base && s.bytes == len && s.next >= base);
             if let Some((s, _)) = footer {
                 // The data itself is damaged, so the footer could not be confirmed; it is
                 // still the best summary there is. Reads of the damaged range fail with
@@ -253,7 +244,7 @@ impl Segment {
             // Torn during creation: the header was never synced, so no record was written.
             tracing::warn!(segment = %path.display(), "active segment has a torn header; rewriting it");
             file.set_len(0)?;
-            file.write_all_at(&fmt::encode_header(base, 0), 0)?;
+            file.write_all_at(&fmt::encode_header(base, 0, 0), 0)?;
             file.sync_data()?;
         } else {
             check_header(&file, base)?;
@@ -606,17 +597,82 @@ impl Segment {
     }
 }
 
-fn check_header(file: &DataFile, base: u64) -> Result<()> {
+/// Checks the header against the file name's base offset; returns its flags.
+fn check_header(file: &DataFile, base: u64) -> Result<u32> {
     let mut h = [0u8; SEGMENT_HEADER_LEN];
     let n = file.read_at(&mut h, 0)?;
     let found = fmt::decode_header(&h[..n]).map_err(|why| Error::corrupt(file.path(), why))?;
-    if found != base {
+    if found.base != base {
         return Err(Error::corrupt(
             file.path(),
-            format!("header says base offset {found}, file name says {base}"),
+            format!(
+                "header says base offset {}, file name says {base}",
+                found.base
+            ),
         ));
     }
-    Ok(())
+    Ok(found.flags)
+}
+
+/// The flags in the header of the segment at `path` (0 if it cannot be read: open then
+/// reports the damage itself).
+pub(crate) fn header_flags(fs: &Fs, path: &Path, base: u64) -> u32 {
+    fs.open(path)
+        .and_then(|f| check_header(&f, base))
+        .unwrap_or(0)
+}
+
+/// Whether the segment at `path` (not the active one) holds every record up to `next`
+/// (the following segment's base): its trusted sealed footer says so, or, without one, a
+/// scan of all of it ends exactly at its end and at `next`. `false` means records were
+/// lost (cut off at a record boundary or torn) or damaged.
+pub(crate) fn is_whole(
+    fs: &Fs,
+    path: &Path,
+    base: u64,
+    next: u64,
+    max_body: usize,
+    interval: u64,
+) -> Result<bool> {
+    let file = fs.open(path)?;
+    let len = file.len()?;
+    check_header(&file, base)?;
+    let index_path = path.with_extension("idx");
+    if let Some(s) = trusted_footer(fs, &file, &index_path, base, len, interval, max_body)? {
+        return Ok(s.next == next);
+    }
+    let scan = scan(
+        &file,
+        base,
+        ScanStart::header(base),
+        len,
+        interval,
+        max_body,
+        |_| {},
+    )?;
+    Ok(scan.stop.is_none() && scan.end == len && scan.next == next)
+}
+
+/// The sealed footer's summary, if open may trust it (see ARCHITECTURE, sealed indexes).
+fn trusted_footer(
+    fs: &Fs,
+    file: &DataFile,
+    index_path: &Path,
+    base: u64,
+    len: u64,
+    interval: u64,
+    max_body: usize,
+) -> Result<Option<SegmentSummary>> {
+    let footer = read_footer(fs, index_path)?
+        .filter(|(s, _)| s.base == base && s.bytes == len && s.next >= base);
+    Ok(match footer {
+        // Its own crc says the summary was written whole, after the data was synced.
+        Some((s, Unchecked::No)) => Some(s),
+        Some((s, Unchecked::Ends(first, last))) => {
+            footer_agrees(file, &s, &first, &last, interval, max_body)?.then_some(s)
+        }
+        None => None,
+    })
 }
 
 /// Whether `[from, to)` of the file holds only zeros: space the writer preallocated after

@@ -154,6 +154,34 @@ impl Group {
         (self.max_in_flight as u64).saturating_mul(4).max(1024)
     }
 
+    /// After a power cut under `Sync=None` took records the group had already seen (its
+    /// acks are durable, the log's tail was not): forgets everything at or above `next`,
+    /// the log's new end, so the records published there from now on are new to it.
+    /// Returns whether anything changed.
+    pub fn cut_back_to(&mut self, next: u64) -> bool {
+        let beyond = self.cursor > next
+            || self.read_pos > next
+            || self.in_flight.range(next..).next().is_some()
+            || self.done_above.range(next..).next().is_some()
+            || self.attempts.range(next..).next().is_some();
+        if !beyond {
+            return false;
+        }
+        self.cursor = self.cursor.min(next);
+        self.read_pos = self.read_pos.min(next);
+        self.in_flight.retain(|&o, _| o < next);
+        self.redeliver.retain(|&o| o < next);
+        self.done_above.retain(|&o| o < next);
+        let gone: Vec<u64> = self.attempts.range(next..).map(|(o, _)| *o).collect();
+        for o in gone {
+            self.attempts.remove(&o);
+            self.stale_attempts.push(o);
+        }
+        self.prefetch.retain(|r| r.offset < next);
+        self.dirty = true;
+        true
+    }
+
     /// Moves a cursor that retention left behind up to `earliest`; returns how many
     /// unfinished records were skipped.
     pub fn clamp_to(&mut self, earliest: u64) -> u64 {

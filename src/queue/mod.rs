@@ -244,11 +244,6 @@ impl Topic {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect()
     }
-
-    /// The segment that holds the newest records.
-    pub fn active_segment(&self) -> Arc<Segment> {
-        lock(&self.writer).log.active().clone()
-    }
 }
 
 /// The ops that persist `g` as it is now (its image and the attempt rows it dropped).
@@ -386,8 +381,13 @@ impl Engine {
             };
             let mut g = Group::from_record(&rec);
             g.attempts = engine.catalog.attempts(&topic, &group)?;
+            let next = t.reader.next();
+            if g.cut_back_to(next) {
+                tracing::warn!(topic = %topic, group = %group, next,
+                    "the log lost records the group had seen (power cut under Sync=None); the group resumes at the log's end");
+            }
             if !clean {
-                for &o in &rec.in_flight {
+                for &o in rec.in_flight.iter().filter(|&&o| o < next) {
                     if o >= g.cursor && !g.done_above.contains(&o) {
                         let a = g.attempts.entry(o).or_default();
                         a.attempts = a.attempts.saturating_add(1);
@@ -428,6 +428,7 @@ impl Engine {
             // limits are data, and recovery must not mistake them for damage.
             max_body: record::BODY_FIXED_LEN + MAX_MESSAGE_BYTES_LIMIT + MAX_HEADER_BYTES_LIMIT,
             preallocate: self.opts.sync == crate::options::SyncPolicy::Always,
+            seal_in_background: self.opts.sync == crate::options::SyncPolicy::None,
         }
     }
 
@@ -1185,8 +1186,12 @@ impl Engine {
             let mut g = g.lock();
             // Finished since (acked after a failed dead-letter) or reset since: the intent is
             // stale, and a copy now would be a copy of a message nobody gave up on.
-            let stale =
-                offset < g.cursor || g.done_above.contains(&offset) || intent.epoch != g.epoch;
+            // Or the record is gone: a power cut under `Sync=None` took it (and the group
+            // was cut back at open), so there is nothing to copy or finish.
+            let stale = offset < g.cursor
+                || g.done_above.contains(&offset)
+                || intent.epoch != g.epoch
+                || offset >= t.reader.next();
             if !stale {
                 if !found {
                     self.append_dead_letter_copy(
@@ -1342,7 +1347,13 @@ impl Engine {
     /// Syncs every topic's active segment (the `Interval` policy's tick, and close).
     pub fn sync_all(&self) -> Result<()> {
         for t in self.all_topics() {
-            t.active_segment().sync()?;
+            // A segment still being sealed in the background is part of "everything".
+            let active = {
+                let mut w = lock(&t.writer);
+                w.log.finish_sealing()?;
+                w.log.active().clone()
+            };
+            active.sync()?;
         }
         Ok(())
     }

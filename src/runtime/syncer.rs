@@ -181,6 +181,7 @@ mod tests {
             index_interval_bytes: 4096,
             max_body: 1 << 16,
             preallocate: true,
+            seal_in_background: false,
         };
         let mut log = TopicLog::open(&Fs::real(), dir.path(), cfg, 0).expect("open");
         let syncer = Arc::new(Syncer::start().expect("start"));
