@@ -1330,9 +1330,15 @@ impl Engine {
     }
 
     /// Applies retention to every topic; forgets de-duplication ids of deleted records.
-    pub fn apply_retention(&self, now_ms: u64) -> Result<()> {
+    /// `wait`: a segment still being sealed in the background is waited for (an explicit
+    /// call) instead of left for the next check (the background one, which must not hold
+    /// a writer's lock across a sync).
+    pub fn apply_retention(&self, now_ms: u64, wait: bool) -> Result<()> {
         for t in self.all_topics() {
             let mut w = lock(&t.writer);
+            if wait {
+                w.log.finish_sealing()?;
+            }
             let removed =
                 w.log
                     .apply_retention(now_ms, self.opts.retention_bytes, self.opts.retention_ms)?;

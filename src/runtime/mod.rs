@@ -278,7 +278,7 @@ impl Spool {
 
     /// Applies retention now (the background thread also does every `Retention Check Ms`).
     pub fn apply_retention(&self) -> Result<()> {
-        self.engine()?.apply_retention(now_ms())
+        self.engine()?.apply_retention(now_ms(), true)
     }
 
     /// Persists auto-acked cursors now (the background thread also does every
@@ -402,7 +402,7 @@ fn ticker_loop(
         }
         if last_retention.elapsed() >= Duration::from_millis(o.retention_check_ms) {
             last_retention = std::time::Instant::now();
-            match engine.apply_retention(now_ms()) {
+            match engine.apply_retention(now_ms(), false) {
                 Ok(()) => {}
                 Err(e) => tracing::error!(error = %e, "retention failed"),
             }
