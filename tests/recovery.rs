@@ -500,10 +500,11 @@ async fn a_segment_lost_while_being_synced_cuts_the_log_back_to_it() {
     let template = tmp.path().join("template");
     prepared(&template, &opts, 40).await;
     let files = segment_files(&template, "t");
-    assert!(files.len() >= 3, "several segments: {files:?}");
+    assert!(files.len() >= 4, "several segments: {files:?}");
     let prev = files[files.len() - 2].clone();
     let prev_base = common_core::base_of(&prev);
     let last = files[files.len() - 1].clone();
+    let inside = |dir: &Path, f: &Path| dir.join(f.strip_prefix(&template).expect("inside"));
     // The unsynced part of `prev` was lost: it ends two records early, index and all.
     let cut = |dir: &Path| {
         let p = dir.join(prev.strip_prefix(&template).expect("inside"));
@@ -525,6 +526,24 @@ async fn a_segment_lost_while_being_synced_cuts_the_log_back_to_it() {
     cut(&dir);
     set_header_flags(&dir.join(last.strip_prefix(&template).expect("inside")), 1);
     assert_recovers_to(&dir, &opts, kept, "segment lost while being synced").await;
+
+    // Two segments behind (as many as may be sealing at once): the one before the
+    // previous one lost records, both later ones are flagged, both go.
+    let dir = tmp.path().join("two-behind");
+    copy_dir(&template, &dir);
+    let older = files[files.len() - 3].clone();
+    let p = inside(&dir, &older);
+    let len = std::fs::metadata(&p).expect("meta").len();
+    std::fs::File::options()
+        .write(true)
+        .open(&p)
+        .expect("open")
+        .set_len(len - FRAME)
+        .expect("truncate");
+    std::fs::remove_file(p.with_extension("idx")).expect("remove idx");
+    set_header_flags(&inside(&dir, &prev), 1);
+    set_header_flags(&inside(&dir, &last), 1);
+    assert_recovers_to(&dir, &opts, prev_base - 1, "two segments behind").await;
 
     let dir = tmp.path().join("not-flagged");
     copy_dir(&template, &dir);

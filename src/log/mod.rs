@@ -43,6 +43,11 @@ fn evict_indexes(segs: &[Arc<Segment>]) {
 /// Background write-back granularity when appends are not synced one by one.
 const WRITE_BACK_BYTES: u64 = 8 << 20;
 
+/// Segments a `Sync=None` writer may have sealed whose background sync has not finished:
+/// how far publishing may run ahead of the disk, and how many segments before the active
+/// one recovery must check for records a power cut took away.
+const MAX_SEALING: usize = 2;
+
 /// Zeros written ahead of the records at a time.
 const PREALLOCATE_BYTES: u64 = 1 << 20;
 
@@ -99,9 +104,9 @@ pub struct TopicLog {
     buf: Vec<u8>,
     index_buf: Vec<u8>,
     poison: Poison,
-    /// The previous segment's background sealing (`seal_in_background`); at most one, so
-    /// that only the segment before the active one can be unsynced.
-    sealing: Option<std::thread::JoinHandle<Result<()>>>,
+    /// Background sealings of the last segments (`seal_in_background`), oldest first; at
+    /// most `MAX_SEALING`, so only that many segments before the active one can be unsynced.
+    sealing: std::collections::VecDeque<std::thread::JoinHandle<Result<()>>>,
 }
 
 /// One message to append.
@@ -149,21 +154,28 @@ impl TopicLog {
             bases.pop();
         }
         let interval = cfg.index_interval_bytes;
-        // The active segment was created while the one before it was still being synced
-        // (`seal_in_background`): if that one lost records, the active one's records come
-        // after the loss, so both are cut back to it (the log stays a prefix, no gap).
-        if let [.., prev, last] = bases[..] {
-            let last_path = dir.join(segment::segment_file_name(last));
+        // A segment whose successor says it was still being synced when the successor was
+        // created (`seal_in_background`; at most `MAX_SEALING` before the active one) may
+        // have lost records to a power cut: then everything after it came after the loss,
+        // and the log is cut back to it (it becomes the active segment, whose torn tail
+        // open truncates): the log stays a prefix, without a gap.
+        let from = bases.len().saturating_sub(MAX_SEALING + 1);
+        for i in from..bases.len().saturating_sub(1) {
+            let (prev, next) = (bases[i], bases[i + 1]);
+            let next_path = dir.join(segment::segment_file_name(next));
             let prev_path = dir.join(segment::segment_file_name(prev));
-            if segment::header_flags(fs, &last_path, last) & FLAG_FOLLOWS_UNSYNCED != 0
-                && !segment::is_whole(fs, &prev_path, prev, last, cfg.max_body, interval)?
+            if segment::header_flags(fs, &next_path, next) & FLAG_FOLLOWS_UNSYNCED != 0
+                && !segment::is_whole(fs, &prev_path, prev, next, cfg.max_body, interval)?
             {
-                tracing::warn!(segment = %prev_path.display(), dropped = %last_path.display(),
-                    "the segment before the active one lost unsynced records (power cut while it was being synced); the log is cut back to them");
-                fs.remove_file(&last_path)?;
-                fs.remove_file(&dir.join(segment::index_file_name(last)))?;
+                tracing::warn!(segment = %prev_path.display(), dropped = bases.len() - i - 1,
+                    "a segment lost unsynced records (power cut while it was being synced); the log is cut back to them");
+                for &b in &bases[i + 1..] {
+                    fs.remove_file(&dir.join(segment::segment_file_name(b)))?;
+                    fs.remove_file(&dir.join(segment::index_file_name(b)))?;
+                }
                 fs.sync_dir(dir)?;
-                bases.pop();
+                bases.truncate(i + 1);
+                break;
             }
         }
         let mut segments: Vec<Arc<Segment>> = Vec::with_capacity(bases.len().max(1));
@@ -226,7 +238,7 @@ impl TopicLog {
             buf: Vec::new(),
             index_buf: Vec::new(),
             poison,
-            sealing: None,
+            sealing: std::collections::VecDeque::new(),
         })
     }
 
@@ -377,10 +389,12 @@ impl TopicLog {
     }
 
     /// Seals the active segment (trimmed to its records, synced, index footer written;
-    /// with `seal_in_background` the last two on a thread) and starts a new one.
+    /// with `seal_in_background` the sync and index on a thread) and starts a new one.
     fn roll(&mut self, now_ms: u64) -> Result<()> {
-        // Recovery assumes that only the segment before the active one can be unsynced.
-        self.finish_sealing()?;
+        // Recovery checks only the `MAX_SEALING` segments before the active one.
+        while self.sealing.len() >= MAX_SEALING {
+            self.finish_oldest_sealing()?;
+        }
         self.active.file.set_len(self.active.end())?;
         let background = self.cfg.seal_in_background;
         if !background {
@@ -415,7 +429,7 @@ impl TopicLog {
                 .name("spool-seal".into())
                 .spawn(move || seal(&fs, &seg, interval));
             match spawned {
-                Ok(h) => self.sealing = Some(h),
+                Ok(h) => self.sealing.push_back(h),
                 // No thread: seal here; the segment is no less sealed for it.
                 Err(_) => seal(&self.fs, &old, self.cfg.index_interval_bytes)?,
             }
@@ -423,10 +437,17 @@ impl TopicLog {
         Ok(())
     }
 
-    /// Waits for the previous segment's background sealing; its failure poisons the topic
-    /// (the records may not be durable).
+    /// Waits for every background sealing; a failure poisons the topic (the records may
+    /// not be durable).
     pub fn finish_sealing(&mut self) -> Result<()> {
-        let Some(h) = self.sealing.take() else {
+        while !self.sealing.is_empty() {
+            self.finish_oldest_sealing()?;
+        }
+        Ok(())
+    }
+
+    fn finish_oldest_sealing(&mut self) -> Result<()> {
+        let Some(h) = self.sealing.pop_front() else {
             return Ok(());
         };
         let r = h.join().unwrap_or_else(|_| {
@@ -464,7 +485,7 @@ impl TopicLog {
                 // Still being sealed in the background (its index not written yet): kept
                 // until the next check rather than waited for under the writer's lock.
                 if !oldest.is_sealed() {
-                    debug_assert_eq!(segs.len(), 2, "only the segment before the active one");
+                    debug_assert!(segs.len() <= MAX_SEALING + 1, "only the last few");
                     break;
                 }
                 let by_bytes = max_bytes > 0 && total - oldest.end() >= max_bytes;
