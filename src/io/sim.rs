@@ -103,6 +103,29 @@ impl SimFs {
         }
     }
 
+    /// The file system as a process killed now leaves it: every write is there (the page
+    /// cache survives a process), but what was not synced is still not durable, so a power
+    /// cut later (`cut_at_op` on the copy) can still lose it. The copy counts operations
+    /// from zero.
+    pub fn process_crash_now(&self) -> SimFs {
+        let s = self.lock();
+        let copy = State {
+            next_id: s.next_id,
+            files: s.files.clone(),
+            names: s.names.clone(),
+            durable_names: s.durable_names.clone(),
+            dirs: s.dirs.clone(),
+            ops: 0,
+            sync_ops: Vec::new(),
+            cut_at_op: None,
+            image: None,
+            rng: s.rng,
+        };
+        SimFs {
+            state: Arc::new(Mutex::new(copy)),
+        }
+    }
+
     /// Bytes of a file as currently visible (for tests that corrupt files on purpose).
     pub fn read_file(&self, path: &Path) -> Option<Vec<u8>> {
         let s = self.lock();

@@ -220,6 +220,10 @@ impl Segment {
             ));
         }
         let s = scan.summary(base);
+        // Data first, then the footer that vouches for it: under `Sync=None` a killed
+        // process may have left this segment's background sync undone, and a trusted
+        // footer over unsynced data would hide a later power cut's loss.
+        file.sync_data()?;
         write_sealed_index(fs, &index_path, &scan.entries, &s)?;
         let seg = Segment::from_parts(fs, path, index_path, file, base, s, true, max_body, poison);
         *write_lock(&seg.index) = scan.entries;
