@@ -160,22 +160,30 @@ impl TopicLog {
         // and the log is cut back to it (it becomes the active segment, whose torn tail
         // open truncates): the log stays a prefix, without a gap.
         let from = bases.len().saturating_sub(MAX_SEALING + 1);
+        let mut prescanned = std::collections::HashMap::new();
         for i in from..bases.len().saturating_sub(1) {
             let (prev, next) = (bases[i], bases[i + 1]);
             let next_path = dir.join(segment::segment_file_name(next));
             let prev_path = dir.join(segment::segment_file_name(prev));
-            if segment::header_flags(fs, &next_path, next) & FLAG_FOLLOWS_UNSYNCED != 0
-                && !segment::is_whole(fs, &prev_path, prev, next, cfg.max_body, interval)?
-            {
-                tracing::warn!(segment = %prev_path.display(), dropped = bases.len() - i - 1,
-                    "a segment lost unsynced records (power cut while it was being synced); the log is cut back to them");
-                for &b in &bases[i + 1..] {
-                    fs.remove_file(&dir.join(segment::segment_file_name(b)))?;
-                    fs.remove_file(&dir.join(segment::index_file_name(b)))?;
+            if segment::header_flags(fs, &next_path, next) & FLAG_FOLLOWS_UNSYNCED == 0 {
+                continue;
+            }
+            match segment::wholeness(fs, &prev_path, prev, next, cfg.max_body, interval)? {
+                segment::Whole::ByFooter => {}
+                segment::Whole::ByScan(scan) => {
+                    prescanned.insert(prev, scan);
                 }
-                fs.sync_dir(dir)?;
-                bases.truncate(i + 1);
-                break;
+                segment::Whole::No => {
+                    tracing::warn!(segment = %prev_path.display(), dropped = bases.len() - i - 1,
+                    "a segment lost unsynced records (power cut while it was being synced); the log is cut back to them");
+                    for &b in &bases[i + 1..] {
+                        fs.remove_file(&dir.join(segment::segment_file_name(b)))?;
+                        fs.remove_file(&dir.join(segment::index_file_name(b)))?;
+                    }
+                    fs.sync_dir(dir)?;
+                    bases.truncate(i + 1);
+                    break;
+                }
             }
         }
         let mut segments: Vec<Arc<Segment>> = Vec::with_capacity(bases.len().max(1));
@@ -184,7 +192,8 @@ impl TopicLog {
             let seg = if i + 1 == bases.len() {
                 Segment::open_active(fs, path, base, cfg.max_body, interval, poison.clone())?
             } else {
-                Segment::open_sealed(fs, path, base, cfg.max_body, interval, poison.clone())?
+                let scan = prescanned.remove(&base);
+                Segment::open_sealed(fs, path, base, cfg.max_body, interval, poison.clone(), scan)?
             };
             if let Some(prev) = segments.last()
                 && prev.next() != base

@@ -171,6 +171,7 @@ impl Segment {
     /// Opens a sealed segment from its index footer, checked against the first index entry
     /// and the few records after the last one (never a whole scan). Falls back to a full
     /// scan, which also rewrites the index, when the footer is missing or disagrees.
+    /// `prescanned`: a complete scan of it that `wholeness` already made (no trusted footer).
     pub(crate) fn open_sealed(
         fs: &Fs,
         path: PathBuf,
@@ -178,27 +179,33 @@ impl Segment {
         max_body: usize,
         interval: u64,
         poison: Poison,
+        prescanned: Option<ScanResult>,
     ) -> Result<Segment> {
         let index_path = path.with_extension("idx");
         let file = fs.open(&path)?;
         let len = file.len()?;
         check_header(&file, base)?;
-        if let Some(s) = trusted_footer(fs, &file, &index_path, base, len, interval, max_body)? {
+        if prescanned.is_none()
+            && let Some(s) = trusted_footer(fs, &file, &index_path, base, len, interval, max_body)?
+        {
             let seg =
                 Segment::from_parts(fs, path, index_path, file, base, s, true, max_body, poison);
             seg.index_loaded.store(false, Ordering::Release);
             return Ok(seg);
         }
         tracing::warn!(segment = %path.display(), "sealed segment has no valid index; rebuilding it");
-        let scan = scan(
-            &file,
-            base,
-            ScanStart::header(base),
-            len,
-            interval,
-            max_body,
-            |_| {},
-        )?;
+        let scan = match prescanned {
+            Some(scan) => scan,
+            None => scan(
+                &file,
+                base,
+                ScanStart::header(base),
+                len,
+                interval,
+                max_body,
+                |_| {},
+            )?,
+        };
         if let Some(why) = scan.stop {
             let footer = read_footer(fs, &index_path)?
                 .filter(|(s, _)| s.base == base && s.bytes == len && s.next >= base);
@@ -626,24 +633,36 @@ pub(crate) fn header_flags(fs: &Fs, path: &Path, base: u64) -> u32 {
         .unwrap_or(0)
 }
 
-/// Whether the segment at `path` (not the active one) holds every record up to `next`
-/// (the following segment's base): its trusted sealed footer says so, or, without one, a
-/// scan of all of it ends exactly at its end and at `next`. `false` means records were
-/// lost (cut off at a record boundary or torn) or damaged.
-pub(crate) fn is_whole(
+/// Whether a segment (not the active one) holds every record up to the next segment's
+/// base, and how that was found out.
+pub(crate) enum Whole {
+    /// Its trusted sealed footer says so.
+    ByFooter,
+    /// A scan of all of it (no trusted footer) ended exactly at its end and at the next
+    /// base: `open_sealed` builds on it instead of scanning again.
+    ByScan(ScanResult),
+    /// Records were lost (cut off at a record boundary or torn) or are damaged.
+    No,
+}
+
+pub(crate) fn wholeness(
     fs: &Fs,
     path: &Path,
     base: u64,
     next: u64,
     max_body: usize,
     interval: u64,
-) -> Result<bool> {
+) -> Result<Whole> {
     let file = fs.open(path)?;
     let len = file.len()?;
     check_header(&file, base)?;
     let index_path = path.with_extension("idx");
     if let Some(s) = trusted_footer(fs, &file, &index_path, base, len, interval, max_body)? {
-        return Ok(s.next == next);
+        return Ok(if s.next == next {
+            Whole::ByFooter
+        } else {
+            Whole::No
+        });
     }
     let scan = scan(
         &file,
@@ -654,7 +673,13 @@ pub(crate) fn is_whole(
         max_body,
         |_| {},
     )?;
-    Ok(scan.stop.is_none() && scan.end == len && scan.next == next)
+    Ok(
+        if scan.stop.is_none() && scan.end == len && scan.next == next {
+            Whole::ByScan(scan)
+        } else {
+            Whole::No
+        },
+    )
 }
 
 /// The sealed footer's summary, if open may trust it (see ARCHITECTURE, sealed indexes).
