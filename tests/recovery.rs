@@ -20,6 +20,15 @@ const PAYLOAD: usize = 100;
 /// Frame of a record with no headers and a `PAYLOAD`-byte payload.
 const FRAME: u64 = 28 + 1 + PAYLOAD as u64;
 
+/// `assert_prefix`, and a read starting at every offset starts there (the index is right).
+async fn assert_prefix_read_from_everywhere(mq: &Spool, n: u64, ctx: &str) {
+    assert_prefix(mq, n, ctx).await;
+    for from in 0..n {
+        let got = mq.fetch("t", from, 2).await.expect("fetch");
+        assert_eq!(got[0].offset(), from, "{ctx}: read from {from}");
+    }
+}
+
 /// A closed data directory holding `n` records (payload `payload(i, PAYLOAD)`, no headers)
 /// in topic `t`.
 async fn prepared(dir: &Path, opts: &Options, n: u64) {
@@ -310,11 +319,7 @@ async fn missing_or_garbage_index_files_are_rebuilt() {
             ..opts.clone()
         };
         let mq = open(&o);
-        assert_prefix(&mq, 40, label).await;
-        for from in 0..40u64 {
-            let got = mq.fetch("t", from, 2).await.expect("fetch");
-            assert_eq!(got[0].offset(), from, "{label}: read from {from}");
-        }
+        assert_prefix_read_from_everywhere(&mq, 40, label).await;
         mq.close().await.expect("close");
         assert_recovers_to(&dir, &opts, 40, label).await;
     }
@@ -468,11 +473,7 @@ async fn sealed_indexes_from_before_the_summary_crc_open_and_are_checked_against
             data_source: dir.clone(),
             ..opts.clone()
         });
-        assert_prefix(&mq, 40, label).await;
-        for from in 0..40u64 {
-            let got = mq.fetch("t", from, 2).await.expect("fetch");
-            assert_eq!(got[0].offset(), from, "{label}: read from {from}");
-        }
+        assert_prefix_read_from_everywhere(&mq, 40, label).await;
         mq.close().await.expect("close");
         assert_recovers_to(&dir, &opts, 40, label).await;
     }

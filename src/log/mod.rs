@@ -174,8 +174,12 @@ impl TopicLog {
                     prescanned.insert(prev, scan);
                 }
                 segment::Whole::No => {
-                    tracing::warn!(segment = %prev_path.display(), dropped = bases.len() - i - 1,
-                    "a segment lost unsynced records (power cut while it was being synced); the log is cut back to them");
+                    tracing::warn!(
+                        segment = %prev_path.display(),
+                        dropped = bases.len() - i - 1,
+                        "a segment lost unsynced records (power cut while it was being \
+                         synced); the log is cut back to them"
+                    );
                     for &b in &bases[i + 1..] {
                         fs.remove_file(&dir.join(segment::segment_file_name(b)))?;
                         fs.remove_file(&dir.join(segment::index_file_name(b)))?;

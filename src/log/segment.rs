@@ -196,15 +196,7 @@ impl Segment {
         tracing::warn!(segment = %path.display(), "sealed segment has no valid index; rebuilding it");
         let scan = match prescanned {
             Some(scan) => scan,
-            None => scan(
-                &file,
-                base,
-                ScanStart::header(base),
-                len,
-                interval,
-                max_body,
-                |_| {},
-            )?,
+            None => scan_all(&file, base, len, interval, max_body)?,
         };
         if let Some(why) = scan.stop {
             let footer = read_footer(fs, &index_path)?
@@ -461,15 +453,7 @@ impl Segment {
             Some((entries, s)) if s.base == self.base && s.bytes == self.end() => entries,
             _ => {
                 tracing::warn!(segment = %self.path.display(), "index damaged; rebuilding it");
-                let scan = scan(
-                    &self.file,
-                    self.base,
-                    ScanStart::header(self.base),
-                    self.end(),
-                    interval,
-                    self.max_body,
-                    |_| {},
-                )?;
+                let scan = scan_all(&self.file, self.base, self.end(), interval, self.max_body)?;
                 if let Some(why) = scan.stop {
                     return Err(Error::corrupt(
                         &self.path,
@@ -664,15 +648,7 @@ pub(crate) fn wholeness(
             Whole::No
         });
     }
-    let scan = scan(
-        &file,
-        base,
-        ScanStart::header(base),
-        len,
-        interval,
-        max_body,
-        |_| {},
-    )?;
+    let scan = scan_all(&file, base, len, interval, max_body)?;
     Ok(
         if scan.stop.is_none() && scan.end == len && scan.next == next {
             Whole::ByScan(scan)
@@ -912,8 +888,25 @@ pub(crate) fn wants_entry(last_entry_position: Option<u64>, position: u64, inter
     last_entry_position.is_none_or(|p| position - p >= interval)
 }
 
-/// Reads records from `start` to `len`, checking crc and offsets; stops at the first
-/// frame that is short, corrupt or misnumbered. The entry at `start` itself is re-added.
+/// Scans a whole segment from its header to `len`.
+fn scan_all(
+    file: &DataFile,
+    base: u64,
+    len: u64,
+    interval: u64,
+    max_body: usize,
+) -> Result<ScanResult> {
+    scan(
+        file,
+        base,
+        ScanStart::header(base),
+        len,
+        interval,
+        max_body,
+        |_| {},
+    )
+}
+
 pub(crate) fn scan(
     file: &DataFile,
     base: u64,
