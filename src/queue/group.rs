@@ -418,3 +418,37 @@ impl Group {
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cut_back_forgets_everything_at_or_past_the_new_log_end() {
+        // Durable state of a group that acked 0..10 and 12, had 10 and 11 out and a nack
+        // count on 11, when a power cut took the log back to 8 records.
+        let r = GroupRecord {
+            cursor: 10,
+            done_above: vec![12],
+            in_flight: vec![10, 11],
+            lease_end: 14,
+            ..GroupRecord::default()
+        };
+        let mut g = Group::from_record(&r);
+        g.attempts.insert(11, AttemptRecord::default());
+        g.attempts.insert(7, AttemptRecord::default());
+        assert!(g.cut_back_to(8));
+        assert_eq!((g.cursor, g.read_pos), (8, 8));
+        assert!(g.done_above.is_empty() && g.in_flight.is_empty() && g.redeliver.is_empty());
+        assert_eq!(g.attempts.keys().copied().collect::<Vec<_>>(), vec![7]);
+        assert_eq!(g.stale_attempts, vec![11], "the catalog row is deleted too");
+        assert!(g.dirty);
+        // Nothing at or past the end: nothing changes.
+        let mut h = Group::from_record(&GroupRecord {
+            cursor: 5,
+            ..GroupRecord::default()
+        });
+        assert!(!h.cut_back_to(8));
+        assert_eq!((h.cursor, h.read_pos), (5, 5));
+    }
+}
