@@ -546,6 +546,27 @@ async fn a_segment_lost_while_being_synced_cuts_the_log_back_to_it() {
     set_header_flags(&inside(&dir, &last), 1);
     assert_recovers_to(&dir, &opts, prev_base - 1, "two segments behind").await;
 
+    // The last segment was renamed from a spare at a roll whose real header never
+    // reached the disk (the header still says spare: flags 2 | 1, base 0): nothing in it
+    // was synced, it goes; the stray spare file of the next roll is no segment.
+    let dir = tmp.path().join("spare-header");
+    copy_dir(&template, &dir);
+    let p = inside(&dir, &last);
+    let mut b = std::fs::read(&p).expect("read");
+    b[4..8].copy_from_slice(&3u32.to_le_bytes());
+    b[8..16].fill(0);
+    let crc = crc32fast::hash(&b[0..28]);
+    b[28..32].copy_from_slice(&crc.to_le_bytes());
+    std::fs::write(&p, b).expect("write");
+    std::fs::write(topic_dir(&dir, "t").join("spare.log.next"), b"junk").expect("spare");
+    assert_recovers_to(
+        &dir,
+        &opts,
+        common_core::base_of(&last),
+        "header still says spare",
+    )
+    .await;
+
     let dir = tmp.path().join("not-flagged");
     copy_dir(&template, &dir);
     cut(&dir);

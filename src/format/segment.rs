@@ -9,7 +9,11 @@ pub const SEGMENT_HEADER_LEN: usize = 32;
 /// in the background (`Sync=None`), so after a power cut that one may have lost its tail,
 /// and everything from the loss on (this segment included) is cut off at open.
 pub const FLAG_FOLLOWS_UNSYNCED: u32 = 1;
-const KNOWN_FLAGS: u32 = FLAG_FOLLOWS_UNSYNCED;
+/// Header flag: a spare file made ready for the next roll (base 0, not yet a segment). A
+/// segment file whose header still says so was renamed at a roll whose real header never
+/// reached the disk: nothing in it was synced.
+pub const FLAG_SPARE: u32 = 2;
+const KNOWN_FLAGS: u32 = FLAG_FOLLOWS_UNSYNCED | FLAG_SPARE;
 
 /// What a segment header says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -156,6 +156,11 @@ impl DataFile {
         &self.path
     }
 
+    /// The same open file under the name it was renamed to.
+    pub fn renamed(self, path: &Path) -> DataFile {
+        DataFile::new(self.io, path)
+    }
+
     pub fn len(&self) -> Result<u64> {
         self.io
             .len()

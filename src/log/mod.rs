@@ -15,7 +15,8 @@ use crate::Headers;
 use crate::error::{Error, Result};
 use crate::format::record::{self, Record};
 use crate::format::segment::{
-    FLAG_FOLLOWS_UNSYNCED, INDEX_ENTRY_LEN, IndexEntry, SEGMENT_HEADER_LEN, encode_entry,
+    FLAG_FOLLOWS_UNSYNCED, FLAG_SPARE, INDEX_ENTRY_LEN, IndexEntry, SEGMENT_HEADER_LEN,
+    encode_entry,
 };
 use crate::io::{DataFile, Fs};
 pub use segment::MESSAGE_ID_HEADER;
@@ -107,6 +108,9 @@ pub struct TopicLog {
     /// Background sealings of the last segments (`seal_in_background`), oldest first; at
     /// most `MAX_SEALING`, so only that many segments before the active one can be unsynced.
     sealing: std::collections::VecDeque<std::thread::JoinHandle<Result<()>>>,
+    /// The spare file the next roll renames into a segment (`seal_in_background`), being
+    /// made on a thread; a roll that finds it unfinished creates the segment itself.
+    spare: Option<std::thread::JoinHandle<Result<DataFile>>>,
 }
 
 /// One message to append.
@@ -165,29 +169,38 @@ impl TopicLog {
             let (prev, next) = (bases[i], bases[i + 1]);
             let next_path = dir.join(segment::segment_file_name(next));
             let prev_path = dir.join(segment::segment_file_name(prev));
-            if segment::header_flags(fs, &next_path, next) & FLAG_FOLLOWS_UNSYNCED == 0 {
-                continue;
-            }
-            match segment::wholeness(fs, &prev_path, prev, next, cfg.max_body, interval)? {
-                segment::Whole::ByFooter => {}
-                segment::Whole::ByScan(scan) => {
-                    prescanned.insert(prev, scan);
-                }
-                segment::Whole::No => {
-                    tracing::warn!(
-                        segment = %prev_path.display(),
-                        dropped = bases.len() - i - 1,
-                        "a segment lost unsynced records (power cut while it was being \
-                         synced); the log is cut back to them"
-                    );
-                    for &b in &bases[i + 1..] {
-                        fs.remove_file(&dir.join(segment::segment_file_name(b)))?;
-                        fs.remove_file(&dir.join(segment::index_file_name(b)))?;
+            let flags = segment::header_flags(fs, &next_path, next);
+            let lost = if flags & FLAG_SPARE != 0 {
+                // Renamed from a spare at a roll whose real header never reached the disk:
+                // nothing in it (or after it) was synced.
+                true
+            } else if flags & FLAG_FOLLOWS_UNSYNCED == 0 {
+                false
+            } else {
+                match segment::wholeness(fs, &prev_path, prev, next, cfg.max_body, interval)? {
+                    segment::Whole::ByFooter => false,
+                    segment::Whole::ByScan(scan) => {
+                        prescanned.insert(prev, scan);
+                        false
                     }
-                    fs.sync_dir(dir)?;
-                    bases.truncate(i + 1);
-                    break;
+                    segment::Whole::No => true,
                 }
+            };
+            if lost {
+                tracing::warn!(
+                    segment = %prev_path.display(),
+                    dropped = bases.len() - i - 1,
+                    "unsynced records were lost (power cut while segments were being \
+                     synced); the log is cut back to them"
+                );
+                for &b in &bases[i + 1..] {
+                    fs.remove_file(&dir.join(segment::segment_file_name(b)))?;
+                    fs.remove_file(&dir.join(segment::index_file_name(b)))?;
+                }
+                fs.sync_dir(dir)?;
+                bases.truncate(i + 1);
+                prescanned.remove(&prev);
+                break;
             }
         }
         let mut segments: Vec<Arc<Segment>> = Vec::with_capacity(bases.len().max(1));
@@ -252,7 +265,42 @@ impl TopicLog {
             index_buf: Vec::new(),
             poison,
             sealing: std::collections::VecDeque::new(),
-        })
+            spare: None,
+        }
+        .with_spare_on_the_way())
+    }
+
+    /// Starts making the next spare file, if this log seals in the background and none is
+    /// on the way.
+    fn with_spare_on_the_way(mut self) -> TopicLog {
+        self.start_spare();
+        self
+    }
+
+    fn start_spare(&mut self) {
+        if !self.cfg.seal_in_background || self.spare.is_some() {
+            return;
+        }
+        let (fs, dir) = (self.fs.clone(), self.dir.clone());
+        self.spare = std::thread::Builder::new()
+            .name("spool-spare".into())
+            .spawn(move || segment::make_spare(&fs, &dir))
+            .ok();
+    }
+
+    /// The spare file if it is ready now (never waits for it).
+    fn take_spare(&mut self) -> Option<DataFile> {
+        if !self.spare.as_ref()?.is_finished() {
+            return None;
+        }
+        match self.spare.take()?.join() {
+            Ok(Ok(file)) => Some(file),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "could not make a spare segment file; the roll creates one");
+                None
+            }
+            Err(_) => None,
+        }
     }
 
     pub fn reader(&self) -> &LogReader {
@@ -414,16 +462,29 @@ impl TopicLog {
             seal(&self.fs, &self.active, self.cfg.index_interval_bytes)?;
         }
         let s = self.active.summary();
-        let flags = if background { FLAG_FOLLOWS_UNSYNCED } else { 0 };
-        let seg = match Segment::create(
-            &self.fs,
-            &self.dir,
-            s.next,
-            now_ms,
-            self.cfg.max_body,
-            self.poison.clone(),
-            flags,
-        ) {
+        let spare = if background { self.take_spare() } else { None };
+        let from_spare = spare.is_some();
+        let created = match spare {
+            Some(file) => Segment::from_spare(
+                &self.fs,
+                &self.dir,
+                file,
+                s.next,
+                now_ms,
+                self.cfg.max_body,
+                self.poison.clone(),
+            ),
+            None => Segment::create(
+                &self.fs,
+                &self.dir,
+                s.next,
+                now_ms,
+                self.cfg.max_body,
+                self.poison.clone(),
+                if background { FLAG_FOLLOWS_UNSYNCED } else { 0 },
+            ),
+        };
+        let seg = match created {
             Ok(seg) => Arc::new(seg),
             Err(e) => {
                 let _ = self.poison.set(format!("could not start a segment: {e}"));
@@ -437,15 +498,32 @@ impl TopicLog {
         write_lock(&self.reader.segments).push(seg.clone());
         let old = std::mem::replace(&mut self.active, seg);
         if background {
-            let (fs, interval, seg) = (self.fs.clone(), self.cfg.index_interval_bytes, old.clone());
-            let spawned = std::thread::Builder::new()
+            // A segment made from a spare has its header and name synced by the sealing
+            // (first, so that recovery rarely meets a header that still says "spare").
+            let fresh = from_spare.then(|| (self.active.clone(), self.dir.clone()));
+            let job = {
+                let (fs, interval, seg, fresh) = (
+                    self.fs.clone(),
+                    self.cfg.index_interval_bytes,
+                    old.clone(),
+                    fresh.clone(),
+                );
+                move || seal_after(&fs, fresh.as_ref(), &seg, interval)
+            };
+            match std::thread::Builder::new()
                 .name("spool-seal".into())
-                .spawn(move || seal(&fs, &seg, interval));
-            match spawned {
+                .spawn(job)
+            {
                 Ok(h) => self.sealing.push_back(h),
                 // No thread: seal here; the segment is no less sealed for it.
-                Err(_) => seal(&self.fs, &old, self.cfg.index_interval_bytes)?,
+                Err(_) => seal_after(
+                    &self.fs,
+                    fresh.as_ref(),
+                    &old,
+                    self.cfg.index_interval_bytes,
+                )?,
             }
+            self.start_spare();
         }
         Ok(())
     }
@@ -524,6 +602,21 @@ impl TopicLog {
         }
         Ok(removed.len())
     }
+}
+
+/// `seal`, after making a segment made from a spare (`fresh`: it and its directory)
+/// durable under its name and header.
+fn seal_after(
+    fs: &Fs,
+    fresh: Option<&(Arc<Segment>, PathBuf)>,
+    seg: &Segment,
+    interval: u64,
+) -> Result<()> {
+    if let Some((new, dir)) = fresh {
+        new.file.sync_data()?;
+        fs.sync_dir(dir)?;
+    }
+    seal(fs, seg, interval)
 }
 
 /// Syncs `seg` (trimmed already), writes its sealed index and marks it sealed. Marked only

@@ -139,13 +139,49 @@ impl Segment {
         flags: u32,
     ) -> Result<Segment> {
         let path = dir.join(segment_file_name(base));
-        let index_path = dir.join(index_file_name(base));
         let file = fs.create_new(&path)?;
         file.write_all_at(&fmt::encode_header(base, now_ms, flags), 0)?;
         file.sync_data()?;
+        let seg = Segment::fresh(fs, dir, file, base, max_body, poison)?;
+        fs.sync_dir(dir)?;
+        Ok(seg)
+    }
+
+    /// Makes a spare file (see `FLAG_SPARE`) the new active segment: renamed, its real
+    /// header written, nothing synced (the caller has that done off the roll: under
+    /// `Sync=None` a roll must not wait for the disk). Until the header is synced, recovery
+    /// takes a segment whose header still says "spare" for one that holds nothing synced.
+    pub(crate) fn from_spare(
+        fs: &Fs,
+        dir: &Path,
+        spare: DataFile,
+        base: u64,
+        now_ms: u64,
+        max_body: usize,
+        poison: Poison,
+    ) -> Result<Segment> {
+        let path = dir.join(segment_file_name(base));
+        fs.rename(spare.path(), &path)?;
+        let file = spare.renamed(&path);
+        file.write_all_at(
+            &fmt::encode_header(base, now_ms, fmt::FLAG_FOLLOWS_UNSYNCED),
+            0,
+        )?;
+        Segment::fresh(fs, dir, file, base, max_body, poison)
+    }
+
+    fn fresh(
+        fs: &Fs,
+        dir: &Path,
+        file: DataFile,
+        base: u64,
+        max_body: usize,
+        poison: Poison,
+    ) -> Result<Segment> {
+        let path = dir.join(segment_file_name(base));
+        let index_path = dir.join(index_file_name(base));
         // A stale index from an earlier life of this base would mislead readers.
         fs.remove_file(&index_path)?;
-        fs.sync_dir(dir)?;
         Ok(Segment {
             base,
             path,
@@ -610,11 +646,32 @@ fn check_header(file: &DataFile, base: u64) -> Result<u32> {
 }
 
 /// The flags in the header of the segment at `path` (0 if it cannot be read: open then
-/// reports the damage itself).
+/// reports the damage itself). A spare's header (`FLAG_SPARE`) has no base to check.
 pub(crate) fn header_flags(fs: &Fs, path: &Path, base: u64) -> u32 {
-    fs.open(path)
-        .and_then(|f| check_header(&f, base))
-        .unwrap_or(0)
+    let Ok(file) = fs.open(path) else {
+        return 0;
+    };
+    let mut h = [0u8; SEGMENT_HEADER_LEN];
+    match file.read_at(&mut h, 0).map(|n| fmt::decode_header(&h[..n])) {
+        Ok(Ok(h)) if h.flags & fmt::FLAG_SPARE != 0 || h.base == base => h.flags,
+        _ => 0,
+    }
+}
+
+/// The name of a topic's spare file (`FLAG_SPARE`).
+pub(crate) const SPARE_FILE_NAME: &str = "spare.log.next";
+
+/// Makes a spare file for the next roll, header synced (off the roll, on a thread).
+pub(crate) fn make_spare(fs: &Fs, dir: &Path) -> Result<DataFile> {
+    let path = dir.join(SPARE_FILE_NAME);
+    fs.remove_file(&path)?;
+    let file = fs.create_new(&path)?;
+    file.write_all_at(
+        &fmt::encode_header(0, 0, fmt::FLAG_SPARE | fmt::FLAG_FOLLOWS_UNSYNCED),
+        0,
+    )?;
+    file.sync_data()?;
+    Ok(file)
 }
 
 /// Whether a segment (not the active one) holds every record up to the next segment's
