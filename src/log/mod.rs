@@ -528,6 +528,16 @@ impl TopicLog {
         Ok(())
     }
 
+    /// Waits for every background thread of this log (sealings and the spare file): at
+    /// close, so that nothing writes in the directory after the instance let it go.
+    pub fn quiesce(&mut self) -> Result<()> {
+        if let Some(h) = self.spare.take() {
+            // A spare made now is still a spare: the next open makes its own.
+            let _ = h.join();
+        }
+        self.finish_sealing()
+    }
+
     /// Waits for every background sealing; a failure poisons the topic (the records may
     /// not be durable).
     pub fn finish_sealing(&mut self) -> Result<()> {
@@ -601,6 +611,13 @@ impl TopicLog {
             self.fs.sync_dir(&self.dir)?;
         }
         Ok(removed.len())
+    }
+}
+
+impl Drop for TopicLog {
+    fn drop(&mut self) {
+        // Without `quiesce` (a dropped engine): still no thread outlives the log.
+        let _ = self.quiesce();
     }
 }
 

@@ -1356,7 +1356,7 @@ impl Engine {
             // A segment still being sealed in the background is part of "everything".
             let active = {
                 let mut w = lock(&t.writer);
-                w.log.finish_sealing()?;
+                w.log.quiesce()?;
                 w.log.active().clone()
             };
             active.sync()?;
