@@ -266,17 +266,13 @@ impl TopicLog {
             poison,
             sealing: std::collections::VecDeque::new(),
             spare: None,
-        }
-        .with_spare_on_the_way())
+        })
     }
 
-    /// Starts making the next spare file, if this log seals in the background and none is
-    /// on the way.
-    fn with_spare_on_the_way(mut self) -> TopicLog {
-        self.start_spare();
-        self
-    }
-
+    /// Starts making the spare file for the next roll (`seal_in_background`): at a roll
+    /// (it has a whole segment's time to get ready, measured better than starting later),
+    /// and in a process's first segment once it is half full (topics that never roll
+    /// never make one).
     fn start_spare(&mut self) {
         if !self.cfg.seal_in_background || self.spare.is_some() {
             return;
@@ -406,6 +402,9 @@ impl TopicLog {
             .publish_progress(p.end, p.next, p.first_ts, p.last_ts, p.ids, &p.entries);
         self.reader.bounds[1].store(p.next, Ordering::Release);
         p.entries.clear();
+        if self.active.end() >= self.cfg.segment_bytes / 2 {
+            self.start_spare();
+        }
         // Under Sync=Interval (no sync per append, a sync in the roll), write back in the
         // background every few MiB, so that the sync at the roll finds little left and does
         // not stall the writer for a whole segment's worth of dirty pages. Under Sync=None
