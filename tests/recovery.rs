@@ -269,6 +269,18 @@ async fn a_torn_new_segment_is_discarded() {
     }
 }
 
+/// Options with 1 KiB segments and an index entry every 300 bytes, and a closed template
+/// directory under `tmp` holding 40 records (several sealed segments with indexes).
+async fn indexed_template(tmp: &Path) -> (Options, PathBuf) {
+    let opts = Options {
+        index_interval_bytes: 300,
+        ..tiny_segments(tmp, 1024)
+    };
+    let template = tmp.join("template");
+    prepared(&template, &opts, 40).await;
+    (opts, template)
+}
+
 fn rewrite_indexes(dir: &Path, f: impl Fn(&Path, Vec<u8>) -> Option<Vec<u8>>) -> usize {
     let mut n = 0;
     for entry in std::fs::read_dir(topic_dir(dir, "t")).expect("dir") {
@@ -288,12 +300,7 @@ fn rewrite_indexes(dir: &Path, f: impl Fn(&Path, Vec<u8>) -> Option<Vec<u8>>) ->
 #[tokio::test]
 async fn missing_or_garbage_index_files_are_rebuilt() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let opts = Options {
-        index_interval_bytes: 300,
-        ..tiny_segments(tmp.path(), 1024)
-    };
-    let template = tmp.path().join("template");
-    prepared(&template, &opts, 40).await;
+    let (opts, template) = indexed_template(tmp.path()).await;
     type Damage = fn(&Path, Vec<u8>) -> Option<Vec<u8>>;
     let damages: [(&str, Damage); 6] = [
         ("deleted", |_, _| None),
@@ -445,12 +452,7 @@ fn as_legacy_footer(mut b: Vec<u8>, edit: impl Fn(&mut [u8])) -> Vec<u8> {
 #[tokio::test]
 async fn sealed_indexes_from_before_the_summary_crc_open_and_are_checked_against_the_data() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let opts = Options {
-        index_interval_bytes: 300,
-        ..tiny_segments(tmp.path(), 1024)
-    };
-    let template = tmp.path().join("template");
-    prepared(&template, &opts, 40).await;
+    let (opts, template) = indexed_template(tmp.path()).await;
     let lie = |f: &mut [u8]| {
         let next = u64::from_le_bytes(f[16..24].try_into().expect("8 bytes"));
         f[16..24].copy_from_slice(&(next + 1).to_le_bytes());
