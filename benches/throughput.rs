@@ -68,8 +68,9 @@ impl Report {
     /// and the baselines it is compared with run next to each other: a ratio is then
     /// taken within each round (see `ratio`) and a machine that speeds up or slows down
     /// between rounds moves both sides of it alike.
+    /// A workload already measured (in a target's rounds) is not run again.
     fn round_robin(&mut self, mut workloads: Vec<Workload<'_>>) {
-        workloads.retain(|(name, _)| self.wants(name));
+        workloads.retain(|(name, _)| self.wants(name) && !self.runs.contains_key(name));
         for _ in 0..runs() {
             for (name, f) in &mut workloads {
                 let s = f();
@@ -768,9 +769,6 @@ fn main() {
     for size in [100usize, 1024] {
         for (pname, p) in policies() {
             let name = format!("publish_batch1000 {size}B sync={pname}");
-            if r.runs.contains_key(&name) {
-                continue;
-            }
             let count = if matches!(p, SyncPolicy::Always) {
                 200_000
             } else {
@@ -782,9 +780,6 @@ fn main() {
         }
         for (pname, p) in policies() {
             let name = format!("publish one-at-a-time {size}B sync={pname}");
-            if r.runs.contains_key(&name) {
-                continue;
-            }
             let count = if matches!(p, SyncPolicy::Always) {
                 2_000
             } else {
@@ -814,23 +809,18 @@ fn main() {
         let scale_down = if size > 100 { 4 } else { 1 };
         let label = if size > 100 { "1KiB" } else { "100B" };
         for mif in [1usize, 256] {
-            let name = format!("consume recv+auto-ack mif={mif} {label}");
-            if !r.runs.contains_key(&name) {
-                r.run(&name, || {
-                    spool_consume_auto(n(500_000) / scale_down, size, mif)
-                });
-            }
+            r.run(&format!("consume recv+auto-ack mif={mif} {label}"), || {
+                spool_consume_auto(n(500_000) / scale_down, size, mif)
+            });
         }
         r.run(
             &format!("consume manual ack (always) mif=1 {label}"),
             || spool_consume_manual(n(2_000), size, 1),
         );
-        let name = format!("consume manual ack (always) mif=256 {label}");
-        if !r.runs.contains_key(&name) {
-            r.run(&name, || {
-                spool_consume_manual(n(50_000) / scale_down, size, 256)
-            });
-        }
+        r.run(
+            &format!("consume manual ack (always) mif=256 {label}"),
+            || spool_consume_manual(n(50_000) / scale_down, size, 256),
+        );
     }
     r.run("latency publish->recv 10k/s sync=none", || {
         spool_latency(n(20_000), 10_000)
