@@ -164,7 +164,7 @@ impl TopicLog {
         // and the log is cut back to it (it becomes the active segment, whose torn tail
         // open truncates): the log stays a prefix, without a gap.
         let from = bases.len().saturating_sub(MAX_SEALING + 1);
-        let mut prescanned = std::collections::HashMap::new();
+        let mut known = std::collections::HashMap::new();
         for i in from..bases.len().saturating_sub(1) {
             let (prev, next) = (bases[i], bases[i + 1]);
             let next_path = dir.join(segment::segment_file_name(next));
@@ -178,9 +178,8 @@ impl TopicLog {
                 false
             } else {
                 match segment::wholeness(fs, &prev_path, prev, next, cfg.max_body, interval)? {
-                    segment::Whole::ByFooter => false,
-                    segment::Whole::ByScan(scan) => {
-                        prescanned.insert(prev, scan);
+                    segment::Whole::Yes(k) => {
+                        known.insert(prev, k);
                         false
                     }
                     segment::Whole::No => true,
@@ -199,7 +198,7 @@ impl TopicLog {
                 }
                 fs.sync_dir(dir)?;
                 bases.truncate(i + 1);
-                prescanned.remove(&prev);
+                known.remove(&prev);
                 break;
             }
         }
@@ -209,8 +208,8 @@ impl TopicLog {
             let seg = if i + 1 == bases.len() {
                 Segment::open_active(fs, path, base, cfg.max_body, interval, poison.clone())?
             } else {
-                let scan = prescanned.remove(&base);
-                Segment::open_sealed(fs, path, base, cfg.max_body, interval, poison.clone(), scan)?
+                let k = known.remove(&base);
+                Segment::open_sealed(fs, path, base, cfg.max_body, interval, poison.clone(), k)?
             };
             if let Some(prev) = segments.last()
                 && prev.next() != base

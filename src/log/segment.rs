@@ -207,7 +207,7 @@ impl Segment {
     /// Opens a sealed segment from its index footer, checked against the first index entry
     /// and the few records after the last one (never a whole scan). Falls back to a full
     /// scan, which also rewrites the index, when the footer is missing or disagrees.
-    /// `prescanned`: a complete scan of it that `wholeness` already made (no trusted footer).
+    /// `known`: what `wholeness` already found out about it (not read or scanned again).
     pub(crate) fn open_sealed(
         fs: &Fs,
         path: PathBuf,
@@ -215,24 +215,27 @@ impl Segment {
         max_body: usize,
         interval: u64,
         poison: Poison,
-        prescanned: Option<ScanResult>,
+        known: Option<Known>,
     ) -> Result<Segment> {
         let index_path = path.with_extension("idx");
         let file = fs.open(&path)?;
         let len = file.len()?;
         check_header(&file, base)?;
-        if prescanned.is_none()
-            && let Some(s) = trusted_footer(fs, &file, &index_path, base, len, interval, max_body)?
-        {
+        let summary = match known {
+            Some(Known::Footer(s)) => Some(s),
+            Some(Known::Scan(_)) => None,
+            None => trusted_footer(fs, &file, &index_path, base, len, interval, max_body)?,
+        };
+        if let Some(s) = summary {
             let seg =
                 Segment::from_parts(fs, path, index_path, file, base, s, true, max_body, poison);
             seg.index_loaded.store(false, Ordering::Release);
             return Ok(seg);
         }
         tracing::warn!(segment = %path.display(), "sealed segment has no valid index; rebuilding it");
-        let scan = match prescanned {
-            Some(scan) => scan,
-            None => scan_all(&file, base, len, interval, max_body)?,
+        let scan = match known {
+            Some(Known::Scan(scan)) => scan,
+            _ => scan_all(&file, base, len, interval, max_body)?,
         };
         if let Some(why) = scan.stop {
             let footer = read_footer(fs, &index_path)?
@@ -630,9 +633,7 @@ impl Segment {
 
 /// Checks the header against the file name's base offset; returns its flags.
 fn check_header(file: &DataFile, base: u64) -> Result<u32> {
-    let mut h = [0u8; SEGMENT_HEADER_LEN];
-    let n = file.read_at(&mut h, 0)?;
-    let found = fmt::decode_header(&h[..n]).map_err(|why| Error::corrupt(file.path(), why))?;
+    let found = read_header(file)?;
     if found.base != base {
         return Err(Error::corrupt(
             file.path(),
@@ -648,14 +649,17 @@ fn check_header(file: &DataFile, base: u64) -> Result<u32> {
 /// The flags in the header of the segment at `path` (0 if it cannot be read: open then
 /// reports the damage itself). A spare's header (`FLAG_SPARE`) has no base to check.
 pub(crate) fn header_flags(fs: &Fs, path: &Path, base: u64) -> u32 {
-    let Ok(file) = fs.open(path) else {
-        return 0;
-    };
-    let mut h = [0u8; SEGMENT_HEADER_LEN];
-    match file.read_at(&mut h, 0).map(|n| fmt::decode_header(&h[..n])) {
-        Ok(Ok(h)) if h.flags & fmt::FLAG_SPARE != 0 || h.base == base => h.flags,
+    match fs.open(path).and_then(|f| read_header(&f)) {
+        Ok(h) if h.flags & fmt::FLAG_SPARE != 0 || h.base == base => h.flags,
         _ => 0,
     }
+}
+
+/// The segment header at the start of `file`, checked (a damaged one is `Corrupt`).
+fn read_header(file: &DataFile) -> Result<fmt::SegmentHeader> {
+    let mut h = [0u8; SEGMENT_HEADER_LEN];
+    let n = file.read_at(&mut h, 0)?;
+    fmt::decode_header(&h[..n]).map_err(|why| Error::corrupt(file.path(), why))
 }
 
 /// The name of a topic's spare file (`FLAG_SPARE`).
@@ -677,13 +681,18 @@ pub(crate) fn make_spare(fs: &Fs, dir: &Path) -> Result<DataFile> {
 /// Whether a segment (not the active one) holds every record up to the next segment's
 /// base, and how that was found out.
 pub(crate) enum Whole {
-    /// Its trusted sealed footer says so.
-    ByFooter,
-    /// A scan of all of it (no trusted footer) ended exactly at its end and at the next
-    /// base: `open_sealed` builds on it instead of scanning again.
-    ByScan(ScanResult),
+    /// It does, and this is how that was found out (`open_sealed` builds on it).
+    Yes(Known),
     /// Records were lost (cut off at a record boundary or torn) or are damaged.
     No,
+}
+
+/// What open already knows of a sealed segment, so it is not read or scanned again.
+pub(crate) enum Known {
+    /// Its trusted sealed footer's summary.
+    Footer(SegmentSummary),
+    /// A complete scan of it (no trusted footer).
+    Scan(ScanResult),
 }
 
 pub(crate) fn wholeness(
@@ -700,7 +709,7 @@ pub(crate) fn wholeness(
     let index_path = path.with_extension("idx");
     if let Some(s) = trusted_footer(fs, &file, &index_path, base, len, interval, max_body)? {
         return Ok(if s.next == next {
-            Whole::ByFooter
+            Whole::Yes(Known::Footer(s))
         } else {
             Whole::No
         });
@@ -708,7 +717,7 @@ pub(crate) fn wholeness(
     let scan = scan_all(&file, base, len, interval, max_body)?;
     Ok(
         if scan.stop.is_none() && scan.end == len && scan.next == next {
-            Whole::ByScan(scan)
+            Whole::Yes(Known::Scan(scan))
         } else {
             Whole::No
         },
