@@ -58,6 +58,14 @@ pub type Headers = std::collections::BTreeMap<String, String>;
 #[doc(hidden)]
 pub mod testing {
     pub use crate::io::sim::SimFs;
+
+    /// `o` with no periodic background work (cursor commits, retention checks): in the
+    /// power-loss tests the workload alone decides the order of file operations.
+    pub fn without_background_work(mut o: crate::Options) -> crate::Options {
+        o.commit_interval_ms = crate::options::MAX_MS;
+        o.retention_check_ms = crate::options::MAX_MS;
+        o
+    }
 }
 
 /// Names and limits applications may want to refer to.

@@ -13,7 +13,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use spool::testing::SimFs;
+use spool::testing::{SimFs, without_background_work};
 use spool::{Headers, OffsetReset, Options, Spool, SyncPolicy};
 
 const TOPICS: [&str; 2] = ["a", "b"];
@@ -28,14 +28,7 @@ fn options() -> Options {
     o.max_delivery_attempts = 2;
     o.dedup_window = 16;
     o.index_interval_bytes = 128;
-    // No background work: the workload alone decides the order of operations.
-    o.commit_interval_ms = spool_max_ms();
-    o.retention_check_ms = spool_max_ms();
-    o
-}
-
-fn spool_max_ms() -> u64 {
-    10 * 365 * 24 * 3600 * 1000
+    without_background_work(o)
 }
 
 struct Rng(u64);

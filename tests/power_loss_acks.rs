@@ -7,7 +7,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use spool::testing::SimFs;
+use spool::testing::{SimFs, without_background_work};
 use spool::{Headers, Options, Spool, SyncPolicy};
 
 const RECORDS: u64 = 240;
@@ -17,9 +17,7 @@ fn options() -> Options {
     o.sync = SyncPolicy::Always;
     o.segment_bytes = 4096;
     // No background commits: only the acks decide what the catalog holds.
-    o.commit_interval_ms = 86_400_000;
-    o.retention_check_ms = 86_400_000;
-    o
+    without_background_work(o)
 }
 
 /// What the workload knows at the cut.

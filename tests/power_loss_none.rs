@@ -12,7 +12,7 @@
 //! one seed; `cargo test --release --test power_loss_none -- --ignored` cuts at every operation
 //! of `SPOOL_POWER_LOSS_NONE_SEEDS=<n>` seeds (default 4).
 
-use spool::testing::SimFs;
+use spool::testing::{SimFs, without_background_work};
 use spool::{Headers, Options, Spool, SyncPolicy};
 
 const TOPIC: &str = "t";
@@ -27,10 +27,7 @@ fn options() -> Options {
     o.segment_bytes = 1024;
     o.index_interval_bytes = 128;
     o.dedup_window = 0;
-    let forever = 10 * 365 * 24 * 3600 * 1000;
-    o.commit_interval_ms = forever;
-    o.retention_check_ms = forever;
-    o
+    without_background_work(o)
 }
 
 fn payload(seed: u64, i: u64) -> Vec<u8> {
