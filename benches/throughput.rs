@@ -649,9 +649,10 @@ fn open_after_crash(report: &mut Report) {
         let mut open_runs: Vec<f64> = (0..3)
             .map(|_| run_child(&["open", &d]).trim().parse().unwrap_or(0.0))
             .collect();
-        // The first open after the fill's abort also finishes what the fill left undone
-        // (under Sync=None: verifying and syncing the segments whose background sync the
-        // abort interrupted); the later ones find that done.
+        // The first open after the fill's abort also takes up what the fill left undone
+        // (under Sync=None: the segments whose background sync the abort interrupted; in
+        // the same boot they are checked from their index ends and synced and sealed by a
+        // background thread, which each open here exits before it is done).
         let first_us = open_runs[0];
         open_runs.sort_by(f64::total_cmp);
         let open_us = open_runs[1];

@@ -587,6 +587,71 @@ async fn a_segment_lost_while_being_synced_cuts_the_log_back_to_it() {
     }
 }
 
+/// After a process crash (same boot, same directory: nothing written can be missing) open
+/// builds on what the files say instead of reading the segments whose background sync the
+/// crash interrupted: damage that a power cut could leave inside such a segment is then
+/// found on read, like damage in any sealed segment, and the segment is synced and sealed
+/// again. A copy of the directory (as a restored image or another boot would be) gets the
+/// full check, which cuts the log back to the damage.
+#[tokio::test]
+async fn after_a_process_crash_open_does_not_reread_what_the_page_cache_still_holds() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (opts, template) = indexed_template(tmp.path()).await;
+    let dir = tmp.path().join("crashed");
+    // Opened (and closed) in place once, so that its boot mark names this directory.
+    copy_dir(&template, &dir);
+    assert_recovers_to(&dir, &opts, 40, "first open of the copy").await;
+    let files = segment_files(&dir, "t");
+    let (prev, last) = (&files[files.len() - 2], &files[files.len() - 1]);
+    let prev_base = common_core::base_of(prev);
+    assert!(common_core::base_of(last) - prev_base >= 4, "{files:?}");
+    // The crash interrupted `prev`'s sealing: its index has no footer yet, and the active
+    // segment says it followed an unsynced one. Record 1 of `prev` (between index entries,
+    // an entry every 300 bytes) is damaged.
+    let idx = prev.with_extension("idx");
+    let entries = std::fs::metadata(&idx).expect("idx").len() - 64;
+    set_len(&idx, entries);
+    set_header_flags(last, 1);
+    flip_byte(prev, 32 + FRAME + 40);
+
+    let rebooted = tmp.path().join("rebooted");
+    copy_dir(&dir, &rebooted);
+    assert_recovers_to(&rebooted, &opts, prev_base + 1, "a copy is checked in full").await;
+
+    let o = Options {
+        data_source: dir.clone(),
+        ..opts.clone()
+    };
+    let mq = open(&o);
+    let info = mq.topic_info("t").expect("info");
+    assert_eq!(
+        (info.earliest, info.next),
+        (0, 41),
+        "same boot: not read whole, not cut back"
+    );
+    match mq.fetch("t", prev_base, 5).await {
+        Err(Error::Corrupt { .. }) => {}
+        other => panic!("the damage is found on read: {other:?}"),
+    }
+    // Reads of the damaged segment from an entry before the damage fail; others do not.
+    for from in (0..prev_base).chain(common_core::base_of(last)..41) {
+        let got = mq.fetch("t", from, 1).await.expect("fetch");
+        assert_eq!(got[0].offset(), from);
+    }
+    assert_eq!(
+        mq.publish("t", payload(41, PAYLOAD), &Headers::new())
+            .await
+            .expect("publish"),
+        41
+    );
+    mq.close().await.expect("close");
+    assert_eq!(
+        std::fs::metadata(&idx).expect("idx").len(),
+        entries + 64,
+        "the interrupted sealing was done again (the same entries and a footer)"
+    );
+}
+
 #[tokio::test]
 async fn damage_inside_a_sealed_segment_is_corrupt_on_read_never_a_bad_record() {
     let tmp = tempfile::tempdir().expect("tempdir");

@@ -45,6 +45,11 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     /// Whether this is the real file system (which gets the `LOCK` file and redb's own
     /// file handling for the catalog).
     fn is_real(&self) -> bool;
+    /// A token that is the same only while what was written under `dir` is still all in
+    /// the page cache or on disk: the same boot of the machine and the same directory (not
+    /// a copy or a restored image). `None` when that cannot be told: then recovery never
+    /// relies on it.
+    fn boot_mark(&self, dir: &Path) -> Option<String>;
 }
 
 /// A shared handle on a [`Backend`], with errors that name the file.
@@ -134,6 +139,10 @@ impl Fs {
 
     pub fn is_dir(&self, path: &Path) -> Option<bool> {
         self.0.is_dir(path)
+    }
+
+    pub fn boot_mark(&self, dir: &Path) -> Option<String> {
+        self.0.boot_mark(dir)
     }
 }
 
@@ -284,6 +293,20 @@ impl Backend for RealFs {
     }
     fn is_real(&self) -> bool {
         true
+    }
+    fn boot_mark(&self, dir: &Path) -> Option<String> {
+        use std::os::unix::fs::MetadataExt;
+        // Linux makes a new random id at every boot; elsewhere there is none.
+        static BOOT_ID: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+        let boot = BOOT_ID.get_or_init(|| {
+            std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+                .ok()
+                .map(|s| s.trim().to_owned())
+                .filter(|s| !s.is_empty())
+        });
+        // Device and inode: a copied or restored directory is another directory.
+        let m = std::fs::metadata(dir).ok()?;
+        Some(format!("{} {} {}", boot.as_deref()?, m.dev(), m.ino()))
     }
 }
 

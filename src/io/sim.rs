@@ -44,6 +44,8 @@ struct State {
     cut_at_op: Option<u64>,
     image: Option<Box<State>>,
     rng: u64,
+    /// Which boot this is: a power cut starts the next one, a process crash does not.
+    boot: u64,
 }
 
 /// The simulated file system. Clones share it.
@@ -120,6 +122,7 @@ impl SimFs {
             cut_at_op: None,
             image: None,
             rng: s.rng,
+            boot: s.boot,
         };
         SimFs {
             state: Arc::new(Mutex::new(copy)),
@@ -215,6 +218,7 @@ impl State {
             durable_names: names,
             dirs: self.dirs.clone(),
             rng: self.next_rand() | 1,
+            boot: self.boot + 1,
             ..State::default()
         }
     }
@@ -407,6 +411,10 @@ impl Backend for SimFs {
         Ok(())
     }
 
+    fn boot_mark(&self, _dir: &Path) -> Option<String> {
+        Some(format!("simulated boot {}", self.lock().boot))
+    }
+
     fn is_dir(&self, path: &Path) -> Option<bool> {
         let s = self.lock();
         if s.dirs.contains(path) {
@@ -446,5 +454,21 @@ mod tests {
                 got.len() == 7 || got.len().is_multiple_of(SECTOR as usize) || got.len() == 2007
             );
         }
+    }
+
+    #[test]
+    fn a_power_cut_starts_another_boot_a_process_crash_does_not() {
+        let fs = SimFs::new(1);
+        let d = Path::new("/d");
+        let mark = fs.boot_mark(d);
+        assert!(mark.is_some());
+        assert_eq!(fs.process_crash_now().boot_mark(d), mark);
+        let cut = fs.crash_now();
+        assert_ne!(cut.boot_mark(d), mark);
+        assert_ne!(cut.crash_now().boot_mark(d), cut.boot_mark(d));
+        fs.cut_at_op(1);
+        fs.create_dir_all(d).expect("dir");
+        fs.create_new(Path::new("/d/a")).expect("create");
+        assert_ne!(fs.crash_image().expect("cut").boot_mark(d), mark);
     }
 }

@@ -48,6 +48,8 @@ const WRITE_BACK_BYTES: u64 = 8 << 20;
 /// how far publishing may run ahead of the disk, and how many segments before the active
 /// one recovery must check for records a power cut took away.
 const MAX_SEALING: usize = 2;
+/// In a topic's directory: the `boot_mark` of the last open that checked the log in full.
+pub(crate) const BOOT_MARK_FILE: &str = "boot.mark";
 
 /// Zeros written ahead of the records at a time.
 const PREALLOCATE_BYTES: u64 = 1 << 20;
@@ -158,6 +160,15 @@ impl TopicLog {
             bases.pop();
         }
         let interval = cfg.index_interval_bytes;
+        // Written by the last open that checked the log in full: if it names this boot and
+        // this directory, every write since is still in the page cache (only a process
+        // died, not the machine), so nothing written can be missing (see ARCHITECTURE).
+        let mark = fs.boot_mark(dir);
+        let same_boot = mark.as_ref().is_some_and(|m| {
+            fs.open(&dir.join(BOOT_MARK_FILE))
+                .and_then(|f| f.read_all())
+                .is_ok_and(|b| b == m.as_bytes())
+        });
         // A segment whose successor says it was still being synced when the successor was
         // created (`seal_in_background`; at most `MAX_SEALING` before the active one) may
         // have lost records to a power cut: then everything after it came after the loss,
@@ -170,22 +181,41 @@ impl TopicLog {
             let next_path = dir.join(segment::segment_file_name(next));
             let prev_path = dir.join(segment::segment_file_name(prev));
             let flags = segment::header_flags(fs, &next_path, next);
+            // `Some(valid)`: records were lost; `valid` as in `Whole::No`.
             let lost = if flags & FLAG_SPARE != 0 {
                 // Renamed from a spare at a roll whose real header never reached the disk:
                 // nothing in it (or after it) was synced.
-                true
+                Some(None)
             } else if flags & FLAG_FOLLOWS_UNSYNCED == 0 {
-                false
+                None
             } else {
-                match segment::wholeness(fs, &prev_path, prev, next, cfg.max_body, interval)? {
+                match segment::wholeness(
+                    fs,
+                    &prev_path,
+                    prev,
+                    next,
+                    cfg.max_body,
+                    interval,
+                    same_boot,
+                )? {
                     segment::Whole::Yes(k) => {
                         known.insert(prev, k);
-                        false
+                        None
                     }
-                    segment::Whole::No => true,
+                    segment::Whole::No { valid } => Some(valid),
                 }
             };
-            if lost {
+            if let Some(valid) = lost {
+                // First (a crash now repeats this open's decision): a record after a lost
+                // one must not stay in what becomes the active segment, whose recovery
+                // trusts its index and would not find the hole.
+                if let Some(valid) = valid {
+                    let f = fs.open(&prev_path)?;
+                    if f.len()? > valid {
+                        f.set_len(valid)?;
+                        f.sync_data()?;
+                    }
+                }
                 tracing::warn!(
                     segment = %prev_path.display(),
                     dropped = bases.len() - i - 1,
@@ -243,7 +273,12 @@ impl TopicLog {
         let allocated = active.file.len()?;
         let entries = active.index(interval)?;
         let last_entry = entries.last().map(|e| e.position);
-        Ok(TopicLog {
+        let unsealed: Vec<Arc<Segment>> = segments[..segments.len() - 1]
+            .iter()
+            .filter(|s| !s.is_sealed())
+            .cloned()
+            .collect();
+        let mut log = TopicLog {
             fs: fs.clone(),
             dir: dir.to_owned(),
             cfg,
@@ -265,7 +300,28 @@ impl TopicLog {
             poison,
             sealing: std::collections::VecDeque::new(),
             spare: None,
-        })
+        };
+        // Found whole from their index entries (`same_boot`): synced and sealed as the
+        // interrupted sealing would have, oldest first, still at most `MAX_SEALING`.
+        debug_assert!(unsealed.len() <= MAX_SEALING);
+        for seg in unsealed {
+            if cfg.seal_in_background {
+                log.seal_in_background(seg, None)?;
+            } else {
+                seal(fs, &seg, interval)?;
+            }
+        }
+        if let Some(m) = mark.filter(|_| !same_boot) {
+            // Not synced: a power cut that loses it also starts another boot.
+            let written = fs.open_or_create(&dir.join(BOOT_MARK_FILE)).and_then(|f| {
+                f.write_all_at(m.as_bytes(), 0)
+                    .and(f.set_len(m.len() as u64))
+            });
+            if let Err(e) = written {
+                tracing::warn!(error = %e, "could not write the boot mark; the next open checks the log in full");
+            }
+        }
+        Ok(log)
     }
 
     /// Starts making the spare file for the next roll (`seal_in_background`): at a roll
@@ -499,29 +555,40 @@ impl TopicLog {
             // A segment made from a spare has its header and name synced by the sealing
             // (first, so that recovery rarely meets a header that still says "spare").
             let fresh = from_spare.then(|| (self.active.clone(), self.dir.clone()));
-            let job = {
-                let (fs, interval, seg, fresh) = (
-                    self.fs.clone(),
-                    self.cfg.index_interval_bytes,
-                    old.clone(),
-                    fresh.clone(),
-                );
-                move || seal_after(&fs, fresh.as_ref(), &seg, interval)
-            };
-            match std::thread::Builder::new()
-                .name("spool-seal".into())
-                .spawn(job)
-            {
-                Ok(h) => self.sealing.push_back(h),
-                // No thread: seal here; the segment is no less sealed for it.
-                Err(_) => seal_after(
-                    &self.fs,
-                    fresh.as_ref(),
-                    &old,
-                    self.cfg.index_interval_bytes,
-                )?,
-            }
+            self.seal_in_background(old, fresh)?;
             self.start_spare();
+        }
+        Ok(())
+    }
+
+    /// Has `seg` sealed on a thread (after making `fresh`, a segment made from a spare,
+    /// durable under its name); sealed here if no thread can be started.
+    fn seal_in_background(
+        &mut self,
+        seg: Arc<Segment>,
+        fresh: Option<(Arc<Segment>, PathBuf)>,
+    ) -> Result<()> {
+        let job = {
+            let (fs, interval, seg, fresh) = (
+                self.fs.clone(),
+                self.cfg.index_interval_bytes,
+                seg.clone(),
+                fresh.clone(),
+            );
+            move || seal_after(&fs, fresh.as_ref(), &seg, interval)
+        };
+        match std::thread::Builder::new()
+            .name("spool-seal".into())
+            .spawn(job)
+        {
+            Ok(h) => self.sealing.push_back(h),
+            // No thread: seal here; the segment is no less sealed for it.
+            Err(_) => seal_after(
+                &self.fs,
+                fresh.as_ref(),
+                &seg,
+                self.cfg.index_interval_bytes,
+            )?,
         }
         Ok(())
     }

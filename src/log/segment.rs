@@ -221,9 +221,15 @@ impl Segment {
         let file = fs.open(&path)?;
         let len = file.len()?;
         check_header(&file, base)?;
+        if let Some(Known::Indexed(s)) = known {
+            let seg =
+                Segment::from_parts(fs, path, index_path, file, base, s, false, max_body, poison);
+            seg.index_loaded.store(false, Ordering::Release);
+            return Ok(seg);
+        }
         let summary = match known {
             Some(Known::Footer(s)) => Some(s),
-            Some(Known::Scan(_)) => None,
+            Some(Known::Scan(_) | Known::Indexed(_)) => None,
             None => trusted_footer(fs, &file, &index_path, base, len, interval, max_body)?,
         };
         if let Some(s) = summary {
@@ -292,68 +298,21 @@ impl Segment {
             check_header(&file, base)?;
         }
         let len = file.len()?;
-        let mut entries = load_index_entries(fs, &index_path)?;
-        // Keep the longest prefix that is monotonic, inside the file, and whose last entry
-        // really points at its record: the index is never synced, so its tail may be junk.
-        let mut keep = 0;
-        let mut prev: Option<&IndexEntry> = None;
-        for e in &entries {
-            let ok = e.position >= SEGMENT_HEADER_LEN as u64
-                && e.position < len
-                && e.offset >= base
-                && prev.is_none_or(|p| {
-                    e.offset > p.offset
-                        && e.position > p.position
-                        && e.timestamp_ms >= p.timestamp_ms
-                        && e.ids_before >= p.ids_before
-                });
-            if !ok {
-                break;
-            }
-            keep += 1;
-            prev = Some(e);
-        }
-        entries.truncate(keep);
-        while let Some(last) = entries.last() {
-            if entry_points_at_record(&file, last, max_body)? {
-                break;
-            }
-            entries.pop();
-        }
-        if entries.first().is_some_and(|e| {
-            e.offset != base || e.position != SEGMENT_HEADER_LEN as u64 || e.ids_before != 0
-        }) {
-            entries.clear();
-        }
-        let start = match entries.pop() {
-            Some(e) => ScanStart {
-                position: e.position,
-                offset: e.offset,
-                ids_before: e.ids_before,
-            },
-            None => ScanStart::header(base),
-        };
-        let mut scan = scan(&file, base, start, len, interval, max_body, |_| {})?;
-        if let Some(why) = scan.stop
-            && !is_zero(&file, scan.end, len)?
+        let r = from_index(fs, &file, &index_path, base, len, interval, max_body)?;
+        if let Some(why) = r.stop
+            && !is_zero(&file, r.summary.bytes, len)?
         {
             tracing::warn!(
                 segment = %path.display(),
-                valid_bytes = scan.end,
+                valid_bytes = r.summary.bytes,
                 file_bytes = len,
                 reason = why,
                 "truncating the torn or corrupt tail of the active segment"
             );
-            file.set_len(scan.end)?;
+            file.set_len(r.summary.bytes)?;
             file.sync_data()?;
         }
-        let first_ts = match entries.first().or(scan.entries.first()) {
-            Some(e) => e.timestamp_ms,
-            None => 0,
-        };
-        entries.append(&mut scan.entries);
-        let mut s = scan.summary(base);
-        s.first_ts = first_ts;
+        let (entries, s) = (r.entries, r.summary);
         // Rewrite the index so that it holds exactly the validated entries.
         let mut bytes = Vec::with_capacity(entries.len() * INDEX_ENTRY_LEN);
         for e in &entries {
@@ -482,6 +441,32 @@ impl Segment {
         }
         let mut guard = write_lock(&self.index);
         if self.index_loaded.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        if !self.is_sealed() {
+            // Opened from its index's ends (`Known::Indexed`), not sealed yet: the entries
+            // are checked as the active segment's are, and must reach the same end.
+            let r = from_index(
+                &self.fs,
+                &self.file,
+                &self.index_path,
+                self.base,
+                self.end(),
+                interval,
+                self.max_body,
+            )?;
+            if r.stop.is_some() || r.summary.next != self.next() {
+                return Err(Error::corrupt(
+                    &self.path,
+                    format!(
+                        "segment changed since open: its records end at offset {}, not {}",
+                        r.summary.next,
+                        self.next()
+                    ),
+                ));
+            }
+            *guard = r.entries;
+            self.index_loaded.store(true, Ordering::Release);
             return Ok(());
         }
         let raw = match self.fs.open(&self.index_path) {
@@ -683,8 +668,10 @@ pub(crate) fn make_spare(fs: &Fs, dir: &Path) -> Result<DataFile> {
 pub(crate) enum Whole {
     /// It does, and this is how that was found out (`open_sealed` builds on it).
     Yes(Known),
-    /// Records were lost (cut off at a record boundary or torn) or are damaged.
-    No,
+    /// Records were lost (cut off at a record boundary or torn) or are damaged. `valid`:
+    /// where the whole records from its start end, when a scan found that out (a record
+    /// after a lost one is not kept: the log must stay a prefix).
+    No { valid: Option<u64> },
 }
 
 /// What open already knows of a sealed segment, so it is not read or scanned again.
@@ -693,8 +680,15 @@ pub(crate) enum Known {
     Footer(SegmentSummary),
     /// A complete scan of it (no trusted footer).
     Scan(ScanResult),
+    /// What its index's first and last entries and a scan after the last one say,
+    /// trusted because everything written to it is still in this boot's page cache
+    /// (`same_boot`). Not sealed: the caller has it synced and its index written (`seal`);
+    /// the entries between are read when first used.
+    Indexed(SegmentSummary),
 }
 
+/// `same_boot`: the files were last written in this boot (see `TopicLog::open`), so no
+/// power cut can have lost a part of them and a full scan is not needed.
 pub(crate) fn wholeness(
     fs: &Fs,
     path: &Path,
@@ -702,6 +696,7 @@ pub(crate) fn wholeness(
     next: u64,
     max_body: usize,
     interval: u64,
+    same_boot: bool,
 ) -> Result<Whole> {
     let file = fs.open(path)?;
     let len = file.len()?;
@@ -711,15 +706,23 @@ pub(crate) fn wholeness(
         return Ok(if s.next == next {
             Whole::Yes(Known::Footer(s))
         } else {
-            Whole::No
+            Whole::No { valid: None }
         });
+    }
+    if same_boot
+        && let Some(s) = from_index_ends(fs, &file, &index_path, base, len, interval, max_body)?
+        && s.next == next
+    {
+        return Ok(Whole::Yes(Known::Indexed(s)));
     }
     let scan = scan_all(&file, base, len, interval, max_body)?;
     Ok(
         if scan.stop.is_none() && scan.end == len && scan.next == next {
             Whole::Yes(Known::Scan(scan))
         } else {
-            Whole::No
+            Whole::No {
+                valid: Some(scan.end),
+            }
         },
     )
 }
@@ -865,6 +868,130 @@ fn load_index_entries(fs: &Fs, index_path: &Path) -> Result<Vec<IndexEntry>> {
         return Ok(entries);
     }
     Ok(fmt::decode_entries(&raw))
+}
+
+/// A segment as its own index entries and a scan after them tell it.
+pub(crate) struct FromIndex {
+    /// The entries kept and the ones the scan added.
+    pub entries: Vec<IndexEntry>,
+    /// `bytes`: where the last whole record ends.
+    pub summary: SegmentSummary,
+    /// Why the scan stopped before the end of the file, if it did.
+    pub stop: Option<&'static str>,
+}
+
+/// Reads a segment from its index file and scans only after the last entry that holds
+/// up: the longest prefix that is monotonic, inside the file, and whose last entry really
+/// points at its record (the index is never synced, so its tail may be junk).
+fn from_index(
+    fs: &Fs,
+    file: &DataFile,
+    index_path: &Path,
+    base: u64,
+    len: u64,
+    interval: u64,
+    max_body: usize,
+) -> Result<FromIndex> {
+    let mut entries = load_index_entries(fs, index_path)?;
+    let mut keep = 0;
+    let mut prev: Option<&IndexEntry> = None;
+    for e in &entries {
+        let ok = e.position >= SEGMENT_HEADER_LEN as u64
+            && e.position < len
+            && e.offset >= base
+            && prev.is_none_or(|p| {
+                e.offset > p.offset
+                    && e.position > p.position
+                    && e.timestamp_ms >= p.timestamp_ms
+                    && e.ids_before >= p.ids_before
+            });
+        if !ok {
+            break;
+        }
+        keep += 1;
+        prev = Some(e);
+    }
+    entries.truncate(keep);
+    while let Some(last) = entries.last() {
+        if entry_points_at_record(file, last, max_body)? {
+            break;
+        }
+        entries.pop();
+    }
+    if entries.first().is_some_and(|e| {
+        e.offset != base || e.position != SEGMENT_HEADER_LEN as u64 || e.ids_before != 0
+    }) {
+        entries.clear();
+    }
+    let start = match entries.pop() {
+        Some(e) => ScanStart {
+            position: e.position,
+            offset: e.offset,
+            ids_before: e.ids_before,
+        },
+        None => ScanStart::header(base),
+    };
+    let mut scan = scan(file, base, start, len, interval, max_body, |_| {})?;
+    entries.append(&mut scan.entries);
+    let mut summary = scan.summary(base);
+    summary.first_ts = entries.first().map_or(0, |e| e.timestamp_ms);
+    Ok(FromIndex {
+        entries,
+        summary,
+        stop: scan.stop,
+    })
+}
+
+/// Only when nothing written can be missing (`same_boot`): a segment as its index's first
+/// and last entries and a scan after the last one say, without reading the entries between.
+/// `None` if they do not hold up (then the caller reads the segment in full).
+fn from_index_ends(
+    fs: &Fs,
+    file: &DataFile,
+    index_path: &Path,
+    base: u64,
+    len: u64,
+    interval: u64,
+    max_body: usize,
+) -> Result<Option<SegmentSummary>> {
+    let Ok(f) = fs.open(index_path) else {
+        return Ok(None);
+    };
+    let count = f.len()? / INDEX_ENTRY_LEN as u64;
+    if count == 0 {
+        return Ok(None);
+    }
+    let mut b = [0u8; INDEX_ENTRY_LEN];
+    let mut entry_at = |i: u64| -> Result<Option<IndexEntry>> {
+        let n = f.read_at(&mut b, i * INDEX_ENTRY_LEN as u64)?;
+        Ok((n == INDEX_ENTRY_LEN).then(|| fmt::decode_entries(&b)[0]))
+    };
+    let (Some(first), Some(last)) = (entry_at(0)?, entry_at(count - 1)?) else {
+        return Ok(None);
+    };
+    if first.offset != base
+        || first.position != SEGMENT_HEADER_LEN as u64
+        || first.ids_before != 0
+        || last.offset < first.offset
+        || last.position < first.position
+        || last.position >= len
+        || last.timestamp_ms < first.timestamp_ms
+        || !entry_points_at_record(file, &last, max_body)?
+    {
+        return Ok(None);
+    }
+    let start = ScanStart {
+        position: last.position,
+        offset: last.offset,
+        ids_before: last.ids_before,
+    };
+    let tail = scan(file, base, start, len, interval, max_body, |_| {})?;
+    if tail.stop.is_some() || tail.end != len {
+        return Ok(None);
+    }
+    let mut s = tail.summary(base);
+    s.first_ts = first.timestamp_ms;
+    Ok(Some(s))
 }
 
 /// Writes a sealed index (entries + footer). Not synced: the index is a cache, and a torn
