@@ -231,6 +231,48 @@ fn raw_overwrite_fsync(count: usize, size: usize) -> Stat {
     stat(count, size, start.elapsed(), lat)
 }
 
+/// `count` writes of `size` bytes in place, each followed by `fdatasync`: into a file
+/// zeroed and synced whole before the clock starts (`zeros_ahead` false), or one that gets
+/// 1 MiB of zeros written whenever the writes reach its end, as spool's active segment
+/// does under `Sync=Always` (those zeros are flushed by the next sync). What one group
+/// commit of `size` bytes costs the disk, without spool.
+fn raw_sync_writes(count: usize, size: usize, zeros_ahead: bool) -> Stat {
+    use std::os::unix::fs::FileExt;
+    const CHUNK: usize = 1 << 20;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("raw.log");
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&path)
+        .expect("open");
+    let zeros = vec![0u8; CHUNK];
+    let mut allocated = 0;
+    let whole = if zeros_ahead { CHUNK } else { count * size };
+    while allocated < whole {
+        f.write_all_at(&zeros, allocated as u64).expect("zeros");
+        allocated += CHUNK;
+    }
+    f.sync_all().expect("sync");
+    let payload = vec![7u8; size];
+    let mut lat = Vec::with_capacity(count);
+    let start = Instant::now();
+    for i in 0..count {
+        let t = Instant::now();
+        let at = i * size;
+        if at + size > allocated {
+            f.write_all_at(&zeros, allocated as u64).expect("zeros");
+            allocated += CHUNK;
+        }
+        f.write_all_at(&payload, at as u64).expect("write");
+        f.sync_data().expect("sync");
+        lat.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    stat(count, size, start.elapsed(), lat)
+}
+
 fn sqlite(dir: &Path, sync: &str) -> rusqlite::Connection {
     let c = rusqlite::Connection::open(dir.join("q.sqlite")).expect("sqlite");
     c.pragma_update(None, "journal_mode", "WAL").expect("wal");
@@ -747,6 +789,15 @@ fn main() {
         w("publish 1KiB sync=always 64 producers", || {
             spool_publish_concurrent(n(32_000), 1024, 64)
         }),
+        // What bounds 64 producers: ~32 publishes share each sync (see README).
+        w(
+            "raw 32KiB overwrite+fdatasync (zeros 1MiB ahead) 1KiB sync=always bound",
+            || raw_sync_writes(n(1_000), 32 * 1024, true),
+        ),
+        w(
+            "raw 32KiB overwrite+fdatasync (zeroed before) 1KiB sync=always bound",
+            || raw_sync_writes(n(1_000), 32 * 1024, false),
+        ),
     ]);
     println!("\n-- consume 100 B (against SQLite reading 100-row ranges)");
     r.round_robin(vec![
@@ -873,6 +924,37 @@ fn main() {
         "publish 1KiB sync=always 1 producers",
         20.0,
     );
+    // Two cohorts of 32 producers take turns (one writes while the other's sync runs),
+    // so 64 producers can do at most 32 publishes per 32 KiB sync.
+    for (what, raw) in [
+        (
+            "  bound: 32 x raw 32 KiB syncs (zeros ahead) / 1 producer",
+            "raw 32KiB overwrite+fdatasync (zeros 1MiB ahead) 1KiB sync=always bound",
+        ),
+        (
+            "  ... if the file were zeroed before",
+            "raw 32KiB overwrite+fdatasync (zeroed before) 1KiB sync=always bound",
+        ),
+    ] {
+        let (Some(a), Some(b)) = (
+            r.runs.get(raw),
+            r.runs.get("publish 1KiB sync=always 1 producers"),
+        ) else {
+            continue;
+        };
+        let mut x: Vec<f64> = a
+            .iter()
+            .zip(b)
+            .map(|(a, b)| 32.0 * a.msgs_per_s / b.msgs_per_s)
+            .collect();
+        x.sort_by(f64::total_cmp);
+        println!(
+            "{what:<64} {:>7.2}x  ({:.2}x-{:.2}x)",
+            x[x.len() / 2],
+            x[0],
+            x[x.len() - 1]
+        );
+    }
     r.ratio(
         "consume auto-ack / sqlite ranges (no fsync)",
         "consume recv+auto-ack mif=1 100B",
