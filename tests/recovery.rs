@@ -248,6 +248,41 @@ async fn damage_inside_the_active_segment_keeps_the_valid_prefix() {
     assert_recovers_to(&dir, &opts, 10, "record 10 damaged").await;
 }
 
+/// A power cut under `Sync=None` or `Interval` can lose a page in the middle of the active
+/// segment's unsynced part and keep a later one. After a reboot (here: a copy of the
+/// directory, which the boot mark does not name) open scans the whole active segment, not
+/// only what follows its last index entry, and cuts the log back to the hole. After a
+/// process crash (the same directory in the same boot) nothing written can be missing, and
+/// open reads only the tail.
+#[tokio::test]
+async fn after_a_reboot_a_hole_inside_the_active_segment_cuts_the_log_back_to_it() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let opts = Options {
+        index_interval_bytes: 300,
+        ..tiny_segments(tmp.path(), 1 << 20)
+    };
+    let dir = tmp.path().join("crashed");
+    prepared(&dir, &opts, 40).await;
+    assert_eq!(segment_files(&dir, "t").len(), 1, "one active segment");
+    // Record 5, far before the last index entry (one every 300 bytes).
+    flip_byte(&last_segment(&dir), 32 + 5 * FRAME + 50);
+    let rebooted = tmp.path().join("rebooted");
+    copy_dir(&dir, &rebooted);
+    assert_recovers_to(&rebooted, &opts, 5, "hole after a reboot").await;
+
+    let o = Options {
+        data_source: dir.clone(),
+        ..opts.clone()
+    };
+    let mq = open(&o);
+    assert_eq!(
+        mq.topic_info("t").expect("info").next,
+        40,
+        "same boot: tail only"
+    );
+    mq.close().await.expect("close");
+}
+
 #[tokio::test]
 async fn a_torn_new_segment_is_discarded() {
     let tmp = tempfile::tempdir().expect("tempdir");

@@ -236,7 +236,17 @@ impl TopicLog {
         for (i, &base) in bases.iter().enumerate() {
             let path = dir.join(segment::segment_file_name(base));
             let seg = if i + 1 == bases.len() {
-                Segment::open_active(fs, path, base, cfg.max_body, interval, poison.clone())?
+                // After a power cut the unsynced part may have lost a page and kept a later
+                // one, which a scan after the last index entry would not see.
+                Segment::open_active(
+                    fs,
+                    path,
+                    base,
+                    cfg.max_body,
+                    interval,
+                    poison.clone(),
+                    !same_boot,
+                )?
             } else {
                 let k = known.remove(&base);
                 Segment::open_sealed(fs, path, base, cfg.max_body, interval, poison.clone(), k)?

@@ -275,8 +275,8 @@ impl Segment {
     }
 
     /// Opens the active (last) segment: loads its index, validates the index against the
-    /// file, scans only the tail after the last good index entry, and truncates a torn or
-    /// corrupt tail.
+    /// file, scans only the tail after the last good index entry (`whole`: all of it), and
+    /// truncates a torn or corrupt tail.
     pub(crate) fn open_active(
         fs: &Fs,
         path: PathBuf,
@@ -284,6 +284,7 @@ impl Segment {
         max_body: usize,
         interval: u64,
         poison: Poison,
+        whole: bool,
     ) -> Result<Segment> {
         let index_path = path.with_extension("idx");
         let file = fs.open(&path)?;
@@ -298,7 +299,16 @@ impl Segment {
             check_header(&file, base)?;
         }
         let len = file.len()?;
-        let r = from_index(fs, &file, &index_path, base, len, interval, max_body)?;
+        let r = if whole {
+            let scan = scan_all(&file, base, len, interval, max_body)?;
+            FromIndex {
+                summary: scan.summary(base),
+                stop: scan.stop,
+                entries: scan.entries,
+            }
+        } else {
+            from_index(fs, &file, &index_path, base, len, interval, max_body)?
+        };
         if let Some(why) = r.stop
             && !is_zero(&file, r.summary.bytes, len)?
         {
