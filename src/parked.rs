@@ -8,12 +8,16 @@ use std::task::Waker;
 
 pub(crate) struct Parked<K> {
     list: Mutex<Vec<(K, Waker)>>,
+    /// The wakers `wake_where` takes out of the list, woken after the list's lock is let
+    /// go; kept, like the list, with its capacity (no allocation per wake-up round).
+    woken: Mutex<Vec<Waker>>,
 }
 
 impl<K> Default for Parked<K> {
     fn default() -> Self {
         Parked {
             list: Mutex::new(Vec::new()),
+            woken: Mutex::new(Vec::new()),
         }
     }
 }
@@ -55,13 +59,13 @@ impl<K> Parked<K> {
     /// Wakes and forgets every parked waker whose key `due` says is decided. Call after
     /// moving the mark.
     pub fn wake_where(&self, due: impl Fn(&K) -> bool) {
-        let woken: Vec<Waker> = {
+        let mut woken = self.woken.lock().unwrap_or_else(|e| e.into_inner());
+        {
             let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
-            let (woken, rest): (Vec<_>, Vec<_>) = list.drain(..).partition(|(k, _)| due(k));
-            *list = rest;
-            woken.into_iter().map(|(_, w)| w).collect()
-        };
-        for w in woken {
+            woken.extend(list.extract_if(.., |(k, _)| due(k)).map(|(_, w)| w));
+        }
+        // Outside the list's lock: a woken task that parks again must not wait for it.
+        for w in woken.drain(..) {
             w.wake();
         }
     }

@@ -51,6 +51,9 @@ const MAX_SEALING: usize = 2;
 /// In a topic's directory: the `boot_mark` of the last open that checked the log in full.
 pub(crate) const BOOT_MARK_FILE: &str = "boot.mark";
 
+/// The most records a read reserves room for up front.
+const READ_CAPACITY_MAX: usize = 4096;
+
 /// Zeros written ahead of the records at a time.
 const PREALLOCATE_BYTES: u64 = 1 << 20;
 
@@ -106,6 +109,8 @@ pub struct TopicLog {
     allocated: u64,
     buf: Vec<u8>,
     index_buf: Vec<u8>,
+    /// The index entries of the batch being appended (kept: no allocation per append).
+    entries: Vec<IndexEntry>,
     poison: Poison,
     /// Background sealings of the last segments (`seal_in_background`), oldest first; at
     /// most `MAX_SEALING`, so only that many segments before the active one can be unsynced.
@@ -307,6 +312,7 @@ impl TopicLog {
             allocated,
             buf: Vec::new(),
             index_buf: Vec::new(),
+            entries: Vec::new(),
             poison,
             sealing: std::collections::VecDeque::new(),
             spare: None,
@@ -391,7 +397,7 @@ impl TopicLog {
     pub fn append(&mut self, msgs: &[Append<'_>], now_ms: u64) -> Result<u64> {
         self.check_poison()?;
         let first = self.active.next();
-        let mut pending = Pending::start(&self.active);
+        let mut pending = Pending::start(&self.active, std::mem::take(&mut self.entries));
         for m in msgs {
             let hlen = m.headers_len;
             debug_assert_eq!(hlen, record::headers_len(m.headers));
@@ -399,7 +405,7 @@ impl TopicLog {
             if pending.next > self.active.base && pending.end + frame > self.cfg.segment_bytes {
                 self.flush(&mut pending)?;
                 self.roll(now_ms)?;
-                pending = Pending::start(&self.active);
+                pending = Pending::start(&self.active, std::mem::take(&mut pending.entries));
             }
             let ts = now_ms.max(pending.last_ts);
             let position = pending.end;
@@ -427,6 +433,7 @@ impl TopicLog {
             }
         }
         self.flush(&mut pending)?;
+        self.entries = pending.entries;
         Ok(first)
     }
 
@@ -734,7 +741,9 @@ struct Pending {
 }
 
 impl Pending {
-    fn start(seg: &Segment) -> Pending {
+    /// `entries`: an empty list to fill (its capacity is reused).
+    fn start(seg: &Segment, entries: Vec<IndexEntry>) -> Pending {
+        debug_assert!(entries.is_empty());
         let s = seg.summary();
         Pending {
             end: s.bytes,
@@ -742,7 +751,7 @@ impl Pending {
             first_ts: s.first_ts,
             last_ts: s.last_ts,
             ids: s.id_count,
-            entries: Vec::new(),
+            entries,
         }
     }
 }
@@ -782,7 +791,9 @@ impl LogReader {
     /// and about `max_bytes` (at least one record is returned if any exists).
     pub fn read(&self, from: u64, max_records: usize, max_bytes: usize) -> Result<Vec<Record>> {
         let segs = self.snapshot();
-        let mut out = Vec::new();
+        // Sized once for what the log holds (a batch read grew it ~10 times).
+        let held = usize::try_from(self.next().saturating_sub(from)).unwrap_or(usize::MAX);
+        let mut out = Vec::with_capacity(max_records.min(held).min(READ_CAPACITY_MAX));
         let Some(first) = segs.first() else {
             return Ok(out);
         };

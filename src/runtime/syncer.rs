@@ -128,6 +128,8 @@ fn run(waiters: &Waiters) {
         }
     }
     let _stopped = Stopped(waiters);
+    // Kept across rounds (no allocation per round).
+    let mut segments: Vec<Arc<Segment>> = Vec::new();
     loop {
         if !waiters.requested.swap(false, Ordering::AcqRel) {
             if waiters.stopping.load(Ordering::Acquire) {
@@ -142,13 +144,12 @@ fn run(waiters: &Waiters) {
         }
         // One sync per distinct segment with a waiter; `Segment::sync` skips work already
         // covered, and a failure poisons the segment, which its waiters see.
-        let mut segments: Vec<Arc<Segment>> = Vec::new();
         waiters.parked.for_each_key(|(seg, _)| {
             if !segments.iter().any(|s| Arc::ptr_eq(s, seg)) {
                 segments.push(seg.clone());
             }
         });
-        for seg in &segments {
+        for seg in segments.drain(..) {
             let _ = seg.sync();
         }
         waiters.wake_decided();
