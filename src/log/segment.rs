@@ -230,7 +230,8 @@ impl Segment {
         let summary = match known {
             Some(Known::Footer(s)) => Some(s),
             Some(Known::Scan(_) | Known::Indexed(_)) => None,
-            None => trusted_footer(fs, &file, &index_path, base, len, interval, max_body)?,
+            None => Probe::new(fs, &file, &index_path, base, len, interval, max_body)
+                .trusted_footer()?,
         };
         if let Some(s) = summary {
             let seg =
@@ -307,7 +308,7 @@ impl Segment {
                 entries: scan.entries,
             }
         } else {
-            from_index(fs, &file, &index_path, base, len, interval, max_body)?
+            Probe::new(fs, &file, &index_path, base, len, interval, max_body).read_index()?
         };
         if let Some(why) = r.stop
             && !is_zero(&file, r.summary.bytes, len)?
@@ -456,7 +457,7 @@ impl Segment {
         if !self.is_sealed() {
             // Opened from its index's ends (`Known::Indexed`), not sealed yet: the entries
             // are checked as the active segment's are, and must reach the same end.
-            let r = from_index(
+            let r = Probe::new(
                 &self.fs,
                 &self.file,
                 &self.index_path,
@@ -464,7 +465,8 @@ impl Segment {
                 self.end(),
                 interval,
                 self.max_body,
-            )?;
+            )
+            .read_index()?;
             if r.stop.is_some() || r.summary.next != self.next() {
                 return Err(Error::corrupt(
                     &self.path,
@@ -712,7 +714,8 @@ pub(crate) fn wholeness(
     let len = file.len()?;
     check_header(&file, base)?;
     let index_path = path.with_extension("idx");
-    if let Some(s) = trusted_footer(fs, &file, &index_path, base, len, interval, max_body)? {
+    let p = Probe::new(fs, &file, &index_path, base, len, interval, max_body);
+    if let Some(s) = p.trusted_footer()? {
         return Ok(if s.next == next {
             Whole::Yes(Known::Footer(s))
         } else {
@@ -720,7 +723,7 @@ pub(crate) fn wholeness(
         });
     }
     if same_boot
-        && let Some(s) = from_index_ends(fs, &file, &index_path, base, len, interval, max_body)?
+        && let Some(s) = p.read_index_ends()?
         && s.next == next
     {
         return Ok(Whole::Yes(Known::Indexed(s)));
@@ -737,26 +740,156 @@ pub(crate) fn wholeness(
     )
 }
 
-/// The sealed footer's summary, if open may trust it (see ARCHITECTURE, sealed indexes).
-fn trusted_footer(
-    fs: &Fs,
-    file: &DataFile,
-    index_path: &Path,
+/// One segment file as open looks at it: the file and its index, the length open found,
+/// and the limits its records are read with.
+#[derive(Clone, Copy)]
+struct Probe<'a> {
+    fs: &'a Fs,
+    file: &'a DataFile,
+    index_path: &'a Path,
     base: u64,
     len: u64,
     interval: u64,
     max_body: usize,
-) -> Result<Option<SegmentSummary>> {
-    let footer = read_footer(fs, index_path)?
-        .filter(|(s, _)| s.base == base && s.bytes == len && s.next >= base);
-    Ok(match footer {
-        // Its own crc says the summary was written whole, after the data was synced.
-        Some((s, Unchecked::No)) => Some(s),
-        Some((s, Unchecked::Ends(first, last))) => {
-            footer_agrees(file, &s, &first, &last, interval, max_body)?.then_some(s)
+}
+
+impl<'a> Probe<'a> {
+    fn new(
+        fs: &'a Fs,
+        file: &'a DataFile,
+        index_path: &'a Path,
+        base: u64,
+        len: u64,
+        interval: u64,
+        max_body: usize,
+    ) -> Self {
+        Probe {
+            fs,
+            file,
+            index_path,
+            base,
+            len,
+            interval,
+            max_body,
         }
-        None => None,
-    })
+    }
+
+    /// Scans from `start` to the length open found.
+    fn scan_from(&self, start: ScanStart) -> Result<ScanResult> {
+        scan(
+            self.file,
+            self.base,
+            start,
+            self.len,
+            self.interval,
+            self.max_body,
+            |_| {},
+        )
+    }
+
+    /// The sealed footer's summary, if open may trust it (see ARCHITECTURE, sealed indexes).
+    fn trusted_footer(&self) -> Result<Option<SegmentSummary>> {
+        let footer = read_footer(self.fs, self.index_path)?
+            .filter(|(s, _)| s.base == self.base && s.bytes == self.len && s.next >= self.base);
+        Ok(match footer {
+            // Its own crc says the summary was written whole, after the data was synced.
+            Some((s, Unchecked::No)) => Some(s),
+            Some((s, Unchecked::Ends(first, last))) => {
+                footer_agrees(self.file, &s, &first, &last, self.interval, self.max_body)?
+                    .then_some(s)
+            }
+            None => None,
+        })
+    }
+
+    /// Reads a segment from its index file and scans only after the last entry that holds
+    /// up: the longest prefix that is monotonic, inside the file, and whose last entry really
+    /// points at its record (the index is never synced, so its tail may be junk).
+    fn read_index(&self) -> Result<FromIndex> {
+        let mut entries = load_index_entries(self.fs, self.index_path)?;
+        let mut keep = 0;
+        let mut prev: Option<&IndexEntry> = None;
+        for e in &entries {
+            let ok = e.position >= SEGMENT_HEADER_LEN as u64
+                && e.position < self.len
+                && e.offset >= self.base
+                && prev.is_none_or(|p| {
+                    e.offset > p.offset
+                        && e.position > p.position
+                        && e.timestamp_ms >= p.timestamp_ms
+                        && e.ids_before >= p.ids_before
+                });
+            if !ok {
+                break;
+            }
+            keep += 1;
+            prev = Some(e);
+        }
+        entries.truncate(keep);
+        while let Some(last) = entries.last() {
+            if entry_points_at_record(self.file, last, self.max_body)? {
+                break;
+            }
+            entries.pop();
+        }
+        if entries
+            .first()
+            .is_some_and(|e| !starts_segment(e, self.base))
+        {
+            entries.clear();
+        }
+        let start = match entries.pop() {
+            Some(e) => ScanStart::at(&e),
+            None => ScanStart::header(self.base),
+        };
+        let mut scan = self.scan_from(start)?;
+        entries.append(&mut scan.entries);
+        let mut summary = scan.summary(self.base);
+        summary.first_ts = entries.first().map_or(0, |e| e.timestamp_ms);
+        Ok(FromIndex {
+            entries,
+            summary,
+            stop: scan.stop,
+        })
+    }
+
+    /// Only when nothing written can be missing (`same_boot`): a segment as its index's first
+    /// and last entries and a scan after the last one say, without reading the entries between.
+    /// `None` if they do not hold up (then the caller reads the segment in full).
+    fn read_index_ends(&self) -> Result<Option<SegmentSummary>> {
+        let Ok(f) = self.fs.open(self.index_path) else {
+            return Ok(None);
+        };
+        let count = f.len()? / INDEX_ENTRY_LEN as u64;
+        if count == 0 {
+            return Ok(None);
+        }
+        let mut b = [0u8; INDEX_ENTRY_LEN];
+        let mut entry_at = |i: u64| -> Result<Option<IndexEntry>> {
+            let n = f.read_at(&mut b, i * INDEX_ENTRY_LEN as u64)?;
+            Ok((n == INDEX_ENTRY_LEN).then(|| fmt::decode_entries(&b)[0]))
+        };
+        let (Some(first), Some(last)) = (entry_at(0)?, entry_at(count - 1)?) else {
+            return Ok(None);
+        };
+        if !starts_segment(&first, self.base)
+            || last.offset < first.offset
+            || last.position < first.position
+            || last.position >= self.len
+            || last.timestamp_ms < first.timestamp_ms
+            || !entry_points_at_record(self.file, &last, self.max_body)?
+        {
+            return Ok(None);
+        }
+        let start = ScanStart::at(&last);
+        let tail = self.scan_from(start)?;
+        if tail.stop.is_some() || tail.end != self.len {
+            return Ok(None);
+        }
+        let mut s = tail.summary(self.base);
+        s.first_ts = first.timestamp_ms;
+        Ok(Some(s))
+    }
 }
 
 /// Whether `[from, to)` of the file holds only zeros: space the writer preallocated after
@@ -841,9 +974,7 @@ fn footer_agrees(
     interval: u64,
     max_body: usize,
 ) -> Result<bool> {
-    if first.offset != s.base
-        || first.position != SEGMENT_HEADER_LEN as u64
-        || first.ids_before != 0
+    if !starts_segment(first, s.base)
         || first.timestamp_ms != s.first_ts
         || last.position < first.position
         || last.position >= s.bytes
@@ -851,11 +982,7 @@ fn footer_agrees(
     {
         return Ok(false);
     }
-    let start = ScanStart {
-        position: last.position,
-        offset: last.offset,
-        ids_before: last.ids_before,
-    };
+    let start = ScanStart::at(last);
     let tail = scan(file, s.base, start, s.bytes, interval, max_body, |_| {})?;
     Ok(tail.stop.is_none()
         && tail.end == s.bytes
@@ -888,120 +1015,6 @@ pub(crate) struct FromIndex {
     pub summary: SegmentSummary,
     /// Why the scan stopped before the end of the file, if it did.
     pub stop: Option<&'static str>,
-}
-
-/// Reads a segment from its index file and scans only after the last entry that holds
-/// up: the longest prefix that is monotonic, inside the file, and whose last entry really
-/// points at its record (the index is never synced, so its tail may be junk).
-fn from_index(
-    fs: &Fs,
-    file: &DataFile,
-    index_path: &Path,
-    base: u64,
-    len: u64,
-    interval: u64,
-    max_body: usize,
-) -> Result<FromIndex> {
-    let mut entries = load_index_entries(fs, index_path)?;
-    let mut keep = 0;
-    let mut prev: Option<&IndexEntry> = None;
-    for e in &entries {
-        let ok = e.position >= SEGMENT_HEADER_LEN as u64
-            && e.position < len
-            && e.offset >= base
-            && prev.is_none_or(|p| {
-                e.offset > p.offset
-                    && e.position > p.position
-                    && e.timestamp_ms >= p.timestamp_ms
-                    && e.ids_before >= p.ids_before
-            });
-        if !ok {
-            break;
-        }
-        keep += 1;
-        prev = Some(e);
-    }
-    entries.truncate(keep);
-    while let Some(last) = entries.last() {
-        if entry_points_at_record(file, last, max_body)? {
-            break;
-        }
-        entries.pop();
-    }
-    if entries.first().is_some_and(|e| {
-        e.offset != base || e.position != SEGMENT_HEADER_LEN as u64 || e.ids_before != 0
-    }) {
-        entries.clear();
-    }
-    let start = match entries.pop() {
-        Some(e) => ScanStart {
-            position: e.position,
-            offset: e.offset,
-            ids_before: e.ids_before,
-        },
-        None => ScanStart::header(base),
-    };
-    let mut scan = scan(file, base, start, len, interval, max_body, |_| {})?;
-    entries.append(&mut scan.entries);
-    let mut summary = scan.summary(base);
-    summary.first_ts = entries.first().map_or(0, |e| e.timestamp_ms);
-    Ok(FromIndex {
-        entries,
-        summary,
-        stop: scan.stop,
-    })
-}
-
-/// Only when nothing written can be missing (`same_boot`): a segment as its index's first
-/// and last entries and a scan after the last one say, without reading the entries between.
-/// `None` if they do not hold up (then the caller reads the segment in full).
-fn from_index_ends(
-    fs: &Fs,
-    file: &DataFile,
-    index_path: &Path,
-    base: u64,
-    len: u64,
-    interval: u64,
-    max_body: usize,
-) -> Result<Option<SegmentSummary>> {
-    let Ok(f) = fs.open(index_path) else {
-        return Ok(None);
-    };
-    let count = f.len()? / INDEX_ENTRY_LEN as u64;
-    if count == 0 {
-        return Ok(None);
-    }
-    let mut b = [0u8; INDEX_ENTRY_LEN];
-    let mut entry_at = |i: u64| -> Result<Option<IndexEntry>> {
-        let n = f.read_at(&mut b, i * INDEX_ENTRY_LEN as u64)?;
-        Ok((n == INDEX_ENTRY_LEN).then(|| fmt::decode_entries(&b)[0]))
-    };
-    let (Some(first), Some(last)) = (entry_at(0)?, entry_at(count - 1)?) else {
-        return Ok(None);
-    };
-    if first.offset != base
-        || first.position != SEGMENT_HEADER_LEN as u64
-        || first.ids_before != 0
-        || last.offset < first.offset
-        || last.position < first.position
-        || last.position >= len
-        || last.timestamp_ms < first.timestamp_ms
-        || !entry_points_at_record(file, &last, max_body)?
-    {
-        return Ok(None);
-    }
-    let start = ScanStart {
-        position: last.position,
-        offset: last.offset,
-        ids_before: last.ids_before,
-    };
-    let tail = scan(file, base, start, len, interval, max_body, |_| {})?;
-    if tail.stop.is_some() || tail.end != len {
-        return Ok(None);
-    }
-    let mut s = tail.summary(base);
-    s.first_ts = first.timestamp_ms;
-    Ok(Some(s))
 }
 
 /// Writes a sealed index (entries + footer). Not synced: the index is a cache, and a torn
@@ -1043,6 +1056,11 @@ fn entry_points_at_record(file: &DataFile, e: &IndexEntry, max_body: usize) -> R
     }
 }
 
+/// Whether an index entry is at a segment's first record (every index starts there).
+fn starts_segment(e: &IndexEntry, base: u64) -> bool {
+    e.offset == base && e.position == SEGMENT_HEADER_LEN as u64 && e.ids_before == 0
+}
+
 /// Where a scan starts: a record boundary and what is known before it.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct ScanStart {
@@ -1052,6 +1070,15 @@ pub(crate) struct ScanStart {
 }
 
 impl ScanStart {
+    /// At the record an index entry points to.
+    fn at(e: &IndexEntry) -> Self {
+        ScanStart {
+            position: e.position,
+            offset: e.offset,
+            ids_before: e.ids_before,
+        }
+    }
+
     fn header(base: u64) -> Self {
         ScanStart {
             position: SEGMENT_HEADER_LEN as u64,
