@@ -3,11 +3,14 @@
 //! in batches under `Sync=None`, and under `Sync=Always`, where publishers share syncs —
 //! and an auto-ack consumer reads in batches. Counted with a global allocator over
 //! thousands of messages; what remains is amortized (index entries, buffers growing,
-//! read chunks), so the limits are fractions of one allocation per message.
+//! read chunks), so the limits are fractions of one allocation per message. And no lock
+//! is held across an fsync: a sync the (simulated) disk holds up blocks neither readers
+//! nor another publisher's append.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
+use spool::testing::SimFs;
 use spool::{Headers, Options, Spool, SyncPolicy};
 
 /// Counts heap allocations (`alloc` and `realloc` calls).
@@ -164,5 +167,87 @@ async fn an_auto_ack_consumer_reads_in_batches() {
     // commit per message would be hundreds per message.
     assert!(per < 0.5, "auto-ack consume: {per} allocations per message");
     drop(c);
+    mq.close().await.expect("close");
+}
+
+/// Runs `f` on a thread of its own (what it calls may block on a lock) and fails the test
+/// if it has not returned within five seconds. Not a runtime timer: with a lock held
+/// across a sync, both runtime workers may be blocked and no timer would fire.
+fn within_5s<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(5))
+        .unwrap_or_else(|_| panic!("{what}: still blocked after 5 s"))
+}
+
+/// Whether `done` held within six seconds, asked every millisecond.
+fn eventually(done: impl Fn() -> bool) -> bool {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(6);
+    while std::time::Instant::now() < until {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    false
+}
+
+/// Lets held syncs go when dropped, a failed assertion included (nothing stays stuck).
+struct Release(SimFs);
+impl Drop for Release {
+    fn drop(&mut self) {
+        self.0.hold_syncs(false);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_fsync_blocks_neither_readers_nor_other_writers() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let fs = SimFs::new(1);
+    let mq = Spool::open_simulated(
+        Options {
+            sync: SyncPolicy::Always,
+            ..spool::testing::without_background_work(Options::new("/data"))
+        },
+        &fs,
+    )
+    .expect("open");
+    let publish = |i: u8| {
+        let mq = mq.clone();
+        tokio::spawn(async move { mq.publish("t", vec![i; 100], &Headers::new()).await })
+    };
+    assert_eq!(publish(0).await.expect("task").expect("publish"), 0);
+
+    fs.hold_syncs(true);
+    let release = Release(fs.clone());
+    let first = publish(1);
+    let waiting = fs.clone();
+    let started = within_5s("the first sync", move || {
+        eventually(|| waiting.syncs_waiting() > 0)
+    });
+    assert!(started, "the first publish's sync is under way");
+    let (reader, rt) = (mq.clone(), tokio::runtime::Handle::current());
+    let read = within_5s("a read during the sync", move || {
+        rt.block_on(reader.fetch("t", 0, 10)).expect("fetch")
+    });
+    assert_eq!(read[0].payload()[..], [0u8; 100]);
+    let second = publish(2);
+    let info = mq.clone();
+    let appended = within_5s("the second append", move || {
+        eventually(|| info.topic_info("t").expect("info").next == 3)
+    });
+    assert!(
+        appended,
+        "the second publish is appended during the first one's sync"
+    );
+    assert!(
+        !first.is_finished() && !second.is_finished(),
+        "under Always neither returns before a sync covers it"
+    );
+    drop(release);
+    assert_eq!(first.await.expect("task").expect("publish"), 1);
+    assert_eq!(second.await.expect("task").expect("publish"), 2);
     mq.close().await.expect("close");
 }

@@ -46,12 +46,17 @@ struct State {
     rng: u64,
     /// Which boot this is: a power cut starts the next one, a process crash does not.
     boot: u64,
+    /// Syncs waiting in `hold_syncs`.
+    syncs_waiting: usize,
 }
 
 /// The simulated file system. Clones share it.
 #[derive(Clone, Debug, Default)]
 pub struct SimFs {
     state: Arc<Mutex<State>>,
+    /// While `true`, syncs wait (`hold_syncs`): a disk whose flush takes as long as a test
+    /// needs. Not part of the state a crash image copies.
+    held: Arc<(Mutex<bool>, std::sync::Condvar)>,
 }
 
 impl SimFs {
@@ -64,6 +69,31 @@ impl SimFs {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Makes every sync (`sync_data`, `sync_dir`) from now on wait until `hold_syncs(false)`,
+    /// outside the file system's lock: a slow flush, to see what it holds up.
+    pub fn hold_syncs(&self, hold: bool) {
+        let (lock, cv) = &*self.held;
+        *lock.lock().unwrap_or_else(|e| e.into_inner()) = hold;
+        cv.notify_all();
+    }
+
+    /// Syncs waiting in `hold_syncs` now.
+    pub fn syncs_waiting(&self) -> usize {
+        self.lock().syncs_waiting
+    }
+
+    fn wait_while_held(&self) {
+        let (lock, cv) = &*self.held;
+        let mut held = lock.lock().unwrap_or_else(|e| e.into_inner());
+        if *held {
+            self.lock().syncs_waiting += 1;
+            while *held {
+                held = cv.wait(held).unwrap_or_else(|e| e.into_inner());
+            }
+            self.lock().syncs_waiting -= 1;
+        }
     }
 
     /// Cuts the power just before the `op`-th mutating operation (1-based).
@@ -93,6 +123,7 @@ impl SimFs {
         let image = s.image.take()?;
         Some(SimFs {
             state: Arc::new(Mutex::new(*image)),
+            held: Arc::default(),
         })
     }
 
@@ -102,6 +133,7 @@ impl SimFs {
         let image = s.take_image();
         SimFs {
             state: Arc::new(Mutex::new(image)),
+            held: Arc::default(),
         }
     }
 
@@ -123,9 +155,11 @@ impl SimFs {
             image: None,
             rng: s.rng,
             boot: s.boot,
+            syncs_waiting: 0,
         };
         SimFs {
             state: Arc::new(Mutex::new(copy)),
+            held: Arc::default(),
         }
     }
 
@@ -285,6 +319,7 @@ impl FileIo for SimHandle {
     }
 
     fn sync_data(&self) -> std::io::Result<()> {
+        self.fs.wait_while_held();
         let mut s = self.fs.lock();
         s.tick();
         let op = s.ops;
@@ -396,6 +431,7 @@ impl Backend for SimFs {
     }
 
     fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
+        self.wait_while_held();
         let mut s = self.lock();
         s.tick();
         let op = s.ops;
