@@ -4,7 +4,7 @@
 //! `cargo bench --bench throughput -- publish` runs the workloads whose name contains
 //! `publish`. `SPOOL_BENCH_SCALE=0.1` shrinks every count (quick look), `=4` grows them.
 //! The open-after-crash workload uses logs of 10 MB and 1 GB, plus `SPOOL_BENCH_BIG_MB`
-//! (for example 10240) when set. Each workload runs `SPOOL_BENCH_RUNS` times (default 3) and the
+//! (for example 10240) when set. Each workload runs `SPOOL_BENCH_RUNS` times (default 5) and the
 //! median is printed. A target's workloads (spool's and its baselines') run round-robin,
 //! one run of each per round, and its ratio is the median of the per-round ratios, so a
 //! shared machine that speeds up or slows down during the bench moves both sides alike.
@@ -33,7 +33,8 @@ fn runs() -> usize {
     std::env::var("SPOOL_BENCH_RUNS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(3)
+        // Five: on this shared machine a slow phase often spans a round or two.
+        .unwrap_or(5)
 }
 
 #[derive(Clone, Copy, Default, Debug)]
