@@ -679,27 +679,39 @@ fn open_after_crash(report: &mut Report) {
     {
         sizes.push(big);
     }
+    // Every log is filled (and aborted) first, then the opens of all sizes run in turn:
+    // an open is mostly the catalog's few syncs, whose latency depends on what the disk
+    // was just given (right after a 10 GB fill it is slower), so sizes measured one after
+    // the other would compare the disk's states, not spool's opens.
+    let dirs: Vec<(usize, tempfile::TempDir)> = sizes
+        .iter()
+        .map(|&mb| {
+            let dir = tempfile::tempdir().expect("tempdir");
+            run_child(&["fill", &dir.path().to_string_lossy(), &mb.to_string()]);
+            (mb, dir)
+        })
+        .collect();
+    // Let the kernel finish writing back the fills (`sync`): otherwise an open competes
+    // with gigabytes of writeback on two cores. The page cache stays warm for all alike.
+    let _ = std::process::Command::new("sync").status();
+    // Three rounds of one open of each log, each after an unclean stop. The first open
+    // after the fill's abort also takes up what the fill left undone (under Sync=None:
+    // the segments whose background sync the abort interrupted; in the same boot they
+    // are checked from their index ends and synced and sealed by a background thread,
+    // which each open here exits before it is done).
+    let mut open_runs: Vec<Vec<f64>> = vec![Vec::new(); dirs.len()];
+    for _ in 0..3 {
+        for ((_, dir), runs) in dirs.iter().zip(&mut open_runs) {
+            let us = run_child(&["open", &dir.path().to_string_lossy()]);
+            runs.push(us.trim().parse().unwrap_or(0.0));
+        }
+    }
     let mut opens = Vec::new();
-    for mb in sizes {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let d = dir.path().to_string_lossy().into_owned();
-        run_child(&["fill", &d, &mb.to_string()]);
-        // Let the kernel finish writing back the fill (`sync`): otherwise the 10 GB open
-        // competes with gigabytes of writeback on two cores, and the ratio measures the
-        // flush, not spool's open. The page cache itself stays warm for every size alike.
-        let _ = std::process::Command::new("sync").status();
-        // Open time: the median of three opens, each after an unclean stop.
-        let mut open_runs: Vec<f64> = (0..3)
-            .map(|_| run_child(&["open", &d]).trim().parse().unwrap_or(0.0))
-            .collect();
-        // The first open after the fill's abort also takes up what the fill left undone
-        // (under Sync=None: the segments whose background sync the abort interrupted; in
-        // the same boot they are checked from their index ends and synced and sealed by a
-        // background thread, which each open here exits before it is done).
-        let first_us = open_runs[0];
-        open_runs.sort_by(f64::total_cmp);
-        let open_us = open_runs[1];
-        let line = run_child(&["consume", &d]);
+    for ((mb, dir), mut runs) in dirs.into_iter().zip(open_runs) {
+        let first_us = runs[0];
+        runs.sort_by(f64::total_cmp);
+        let open_us = runs[1];
+        let line = run_child(&["consume", &dir.path().to_string_lossy()]);
         let mut it = line.split_whitespace();
         let _first_open_us = it.next();
         let hwm_kb: f64 = it.next().and_then(|s| s.parse().ok()).unwrap_or(0.0);
