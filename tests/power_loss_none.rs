@@ -178,8 +178,10 @@ fn env_u64(name: &str) -> Option<u64> {
 /// A process killed right after a roll (its background sync of the sealed segment not
 /// done), reopened, publishing on, then a power cut: what the killed process wrote but
 /// never synced must not end up behind synced records (the reopen must make it durable
-/// before it trusts it).
-async fn crash_then_power_cut(seed: u64, cut: u64) -> Result<(), String> {
+/// before it trusts it). `twice`: the reopened process is killed too, right after its
+/// open (which found the page cache whole and left the syncing to a thread that may not
+/// have run yet), and the next reopen is the one that publishes on.
+async fn crash_then_power_cut(seed: u64, cut: u64, twice: bool) -> Result<(), String> {
     let fs = SimFs::new(seed);
     let mut published = Vec::new();
     let image = {
@@ -205,6 +207,14 @@ async fn crash_then_power_cut(seed: u64, cut: u64) -> Result<(), String> {
         // Killed: no close, no drop (dropping the last handle closes cleanly).
         let image = fs.process_crash_now();
         std::mem::forget(mq);
+        image
+    };
+    let image = if twice {
+        let mq = Spool::open_simulated(options(), &image).map_err(|e| e.to_string())?;
+        let again = image.process_crash_now();
+        std::mem::forget(mq);
+        again
+    } else {
         image
     };
     image.cut_at_op(cut);
@@ -233,9 +243,11 @@ async fn a_power_cut_after_a_killed_process_was_reopened_still_leaves_a_prefix()
     let mut tried = 0;
     for seed in 1..=3u64 {
         for cut in 1..=120 {
-            tried += 1;
-            if let Err(e) = crash_then_power_cut(seed, cut).await {
-                failures.push(format!("seed {seed} cut {cut}: {e}"));
+            for twice in [false, true] {
+                tried += 1;
+                if let Err(e) = crash_then_power_cut(seed, cut, twice).await {
+                    failures.push(format!("seed {seed} cut {cut} killed twice {twice}: {e}"));
+                }
             }
         }
     }
