@@ -317,6 +317,14 @@ impl TopicLog {
             sealing: std::collections::VecDeque::new(),
             spare: None,
         };
+        // A segment made from a spare has its name made durable by its sealing thread
+        // (`seal_after`), which a killed process may not have run: records published into
+        // it from now on (acknowledged under `Always`) would go with the name at a power
+        // cut. Every segment rolled under `seal_in_background` carries the flag.
+        let active_flags = segment::header_flags(fs, &log.active.path, log.active.base);
+        if active_flags & FLAG_FOLLOWS_UNSYNCED != 0 {
+            fs.sync_dir(dir)?;
+        }
         // Found whole from their index entries (`same_boot`): synced and sealed as the
         // interrupted sealing would have, oldest first, still at most `MAX_SEALING`.
         debug_assert!(unsealed.len() <= MAX_SEALING);
