@@ -181,11 +181,17 @@ impl TopicLog {
         // open truncates): the log stays a prefix, without a gap.
         let from = bases.len().saturating_sub(MAX_SEALING + 1);
         let mut known = std::collections::HashMap::new();
+        // The active segment's header says it was rolled under `seal_in_background` (read
+        // here once, as the last pair's successor).
+        let mut active_flagged = false;
         for i in from..bases.len().saturating_sub(1) {
             let (prev, next) = (bases[i], bases[i + 1]);
             let next_path = dir.join(segment::segment_file_name(next));
             let prev_path = dir.join(segment::segment_file_name(prev));
             let flags = segment::header_flags(fs, &next_path, next);
+            if i + 2 == bases.len() {
+                active_flagged = flags & FLAG_FOLLOWS_UNSYNCED != 0;
+            }
             // `Some(valid)`: records were lost; `valid` as in `Whole::No`.
             let lost = if flags & FLAG_SPARE != 0 {
                 // Renamed from a spare at a roll whose real header never reached the disk:
@@ -232,6 +238,8 @@ impl TopicLog {
                     fs.remove_file(&dir.join(segment::index_file_name(b)))?;
                 }
                 fs.sync_dir(dir)?;
+                // Synced just now: every name left is durable.
+                active_flagged = false;
                 bases.truncate(i + 1);
                 known.remove(&prev);
                 break;
@@ -321,8 +329,7 @@ impl TopicLog {
         // (`seal_after`), which a killed process may not have run: records published into
         // it from now on (acknowledged under `Always`) would go with the name at a power
         // cut. Every segment rolled under `seal_in_background` carries the flag.
-        let active_flags = segment::header_flags(fs, &log.active.path, log.active.base);
-        if active_flags & FLAG_FOLLOWS_UNSYNCED != 0 {
+        if active_flagged {
             fs.sync_dir(dir)?;
         }
         // Found whole from their index entries (`same_boot`): synced and sealed as the
