@@ -624,67 +624,121 @@ async fn a_segment_lost_while_being_synced_cuts_the_log_back_to_it() {
 
 /// After a process crash (same boot, same directory: nothing written can be missing) open
 /// builds on what the files say instead of reading the segments whose background sync the
-/// crash interrupted: damage that a power cut could leave inside such a segment is then
-/// found on read, like damage in any sealed segment, and the segment is synced and sealed
-/// again. A copy of the directory (as a restored image or another boot would be) gets the
-/// full check, which cuts the log back to the damage.
+/// crash interrupted; their sealing reads them whole before it writes a footer. A copy of
+/// the directory (as a restored image or another boot would be) gets the full check, which
+/// cuts the log back to damage a power cut could leave inside such a segment. If that
+/// damage is there in the same boot after all (an in-place snapshot rollback, a disk that
+/// dropped writes it had accepted), it is found on read or by the sealing, never vouched
+/// for by a footer: the topic takes no more appends, and the next open cuts the log back.
 #[tokio::test]
 async fn after_a_process_crash_open_does_not_reread_what_the_page_cache_still_holds() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let (opts, template) = indexed_template(tmp.path()).await;
-    let dir = tmp.path().join("crashed");
-    // Opened (and closed) in place once, so that its boot mark names this directory.
-    copy_dir(&template, &dir);
-    assert_recovers_to(&dir, &opts, 40, "first open of the copy").await;
-    let files = segment_files(&dir, "t");
-    let (prev, last) = (&files[files.len() - 2], &files[files.len() - 1]);
-    let prev_base = common_core::base_of(prev);
-    assert!(common_core::base_of(last) - prev_base >= 4, "{files:?}");
-    // The crash interrupted `prev`'s sealing: its index has no footer yet, and the active
-    // segment says it followed an unsynced one. Record 1 of `prev` (between index entries,
-    // an entry every 300 bytes) is damaged.
-    let idx = prev.with_extension("idx");
-    let entries = std::fs::metadata(&idx).expect("idx").len() - 64;
-    set_len(&idx, entries);
-    set_header_flags(last, 1);
-    flip_byte(prev, 32 + FRAME + 40);
+    // A directory whose boot mark names it (opened and closed in place once: one more
+    // record, 41), left as a crash during `prev`'s sealing leaves it: its index has no
+    // footer yet, and the active segment says it followed an unsynced one. No directory is
+    // deleted in this test, so no copy can get a marked directory's inode number.
+    let crashed = |name: &str, damaged: bool| {
+        let dir = tmp.path().join(name);
+        copy_dir(&template, &dir);
+        let opts = opts.clone();
+        async move {
+            assert_recovers_to(&dir, &opts, 40, "first open of the copy").await;
+            let files = segment_files(&dir, "t");
+            let (prev, last) = (
+                files[files.len() - 2].clone(),
+                files[files.len() - 1].clone(),
+            );
+            let idx = prev.with_extension("idx");
+            let entries = std::fs::metadata(&idx).expect("idx").len() - 64;
+            set_len(&idx, entries);
+            set_header_flags(&last, 1);
+            if damaged {
+                // Record 1 of `prev` (between index entries, an entry every 300 bytes).
+                flip_byte(&prev, 32 + FRAME + 40);
+            }
+            let o = Options {
+                data_source: dir,
+                ..opts
+            };
+            (o, prev, last, entries)
+        }
+    };
 
+    // Undamaged: opened from the index ends, then sealed again with the same entries.
+    let (o, prev, last, entries) = crashed("whole", false).await;
+    let prev_base = common_core::base_of(&prev);
+    assert!(
+        common_core::base_of(&last) - prev_base >= 4,
+        "{prev:?} {last:?}"
+    );
+    let mq = open(&o);
+    assert_eq!(mq.topic_info("t").expect("info").next, 41);
+    mq.close().await.expect("close");
+    assert_eq!(
+        std::fs::metadata(prev.with_extension("idx"))
+            .expect("idx")
+            .len(),
+        entries + 64,
+        "the interrupted sealing was done again (the same entries and a footer)"
+    );
+
+    // A copy (another directory, as a restored image or another boot) is checked in full.
+    let (o, ..) = crashed("copied", true).await;
     let rebooted = tmp.path().join("rebooted");
-    copy_dir(&dir, &rebooted);
+    copy_dir(&o.data_source, &rebooted);
     assert_recovers_to(&rebooted, &opts, prev_base + 1, "a copy is checked in full").await;
 
-    let o = Options {
-        data_source: dir.clone(),
-        ..opts.clone()
-    };
+    // Same boot: a read finds the damage.
+    let (o, prev, last, entries) = crashed("read", true).await;
     let mq = open(&o);
     let info = mq.topic_info("t").expect("info");
     assert_eq!(
         (info.earliest, info.next),
         (0, 41),
-        "same boot: not read whole, not cut back"
+        "same boot: not read whole at open, not cut back"
     );
     match mq.fetch("t", prev_base, 5).await {
         Err(Error::Corrupt { .. }) => {}
         other => panic!("the damage is found on read: {other:?}"),
     }
-    // Reads of the damaged segment from an entry before the damage fail; others do not.
-    for from in (0..prev_base).chain(common_core::base_of(last)..41) {
+    // Reads of the other segments go on; appends stop (they would be cut away).
+    for from in (0..prev_base).chain(common_core::base_of(&last)..41) {
         let got = mq.fetch("t", from, 1).await.expect("fetch");
         assert_eq!(got[0].offset(), from);
     }
+    match mq.publish("t", payload(41, PAYLOAD), &Headers::new()).await {
+        Err(Error::Poisoned { .. }) => {}
+        other => panic!("no append after the damage: {other:?}"),
+    }
+    let _ = mq.close().await;
     assert_eq!(
-        mq.publish("t", payload(41, PAYLOAD), &Headers::new())
-            .await
-            .expect("publish"),
-        41
+        std::fs::metadata(prev.with_extension("idx"))
+            .expect("idx")
+            .len(),
+        entries,
+        "no footer vouches for the damaged segment"
     );
-    mq.close().await.expect("close");
-    assert_eq!(
-        std::fs::metadata(&idx).expect("idx").len(),
-        entries + 64,
-        "the interrupted sealing was done again (the same entries and a footer)"
-    );
+    assert_recovers_to(
+        &o.data_source,
+        &opts,
+        prev_base + 1,
+        "the next open cuts back",
+    )
+    .await;
+
+    // Same boot, nobody reads it: the sealing finds the damage before the close is done.
+    let (o, ..) = crashed("sealed", true).await;
+    let mq = open(&o);
+    assert_eq!(mq.topic_info("t").expect("info").next, 41);
+    let _ = mq.close().await;
+    assert_recovers_to(
+        &o.data_source,
+        &opts,
+        prev_base + 1,
+        "cut back after the sealing",
+    )
+    .await;
 }
 
 #[tokio::test]

@@ -207,7 +207,9 @@ impl TopicLog {
                     next,
                     cfg.max_body,
                     interval,
-                    same_boot,
+                    // Sealed inline (`Always`/`Interval`) the segment is read whole and
+                    // synced in this open anyway: the full check costs nothing more there.
+                    same_boot && cfg.seal_in_background,
                 )? {
                     segment::Whole::Yes(k) => {
                         known.insert(prev, k);
@@ -332,15 +334,12 @@ impl TopicLog {
         if active_flagged {
             fs.sync_dir(dir)?;
         }
-        // Found whole from their index entries (`same_boot`): synced and sealed as the
-        // interrupted sealing would have, oldest first, still at most `MAX_SEALING`.
+        // Found whole from their index entries (`same_boot`): read whole, synced and sealed
+        // as the interrupted sealing would have, oldest first, still at most `MAX_SEALING`.
         debug_assert!(unsealed.len() <= MAX_SEALING);
+        debug_assert!(unsealed.is_empty() || cfg.seal_in_background);
         for seg in unsealed {
-            if cfg.seal_in_background {
-                log.seal_in_background(seg, None)?;
-            } else {
-                seal(fs, &seg, interval)?;
-            }
+            log.seal_in_background(seg, None)?;
         }
         if let Some(m) = mark.filter(|_| !same_boot) {
             // Not synced: a power cut that loses it also starts another boot.

@@ -455,29 +455,28 @@ impl Segment {
             return Ok(());
         }
         if !self.is_sealed() {
-            // Opened from its index's ends (`Known::Indexed`), not sealed yet: the entries
-            // are checked as the active segment's are, and must reach the same end.
-            let r = Probe::new(
-                &self.fs,
-                &self.file,
-                &self.index_path,
-                self.base,
-                self.end(),
-                interval,
-                self.max_body,
-            )
-            .read_index()?;
-            if r.stop.is_some() || r.summary.next != self.next() {
-                return Err(Error::corrupt(
-                    &self.path,
-                    format!(
-                        "segment changed since open: its records end at offset {}, not {}",
-                        r.summary.next,
-                        self.next()
-                    ),
-                ));
+            // Opened from its index's ends (`Known::Indexed`), not sealed yet: read whole,
+            // once, before its sealing writes a footer that vouches for every record. The
+            // boot mark said nothing written could be missing; if records are missing after
+            // all (an in-place snapshot rollback, a disk that dropped accepted writes), the
+            // log open exposed is not the one on disk.
+            let scan = scan_all(&self.file, self.base, self.end(), interval, self.max_body)?;
+            if scan.stop.is_some() || scan.end != self.end() || scan.next != self.next() {
+                let why = format!(
+                    "records missing although the boot mark said nothing written could be:                      they end at offset {} (byte {}), not {}",
+                    scan.next,
+                    scan.end,
+                    self.next()
+                );
+                self.distrust_boot_mark(&why);
+                return Err(Error::corrupt(&self.path, why));
             }
-            *guard = r.entries;
+            // The index's ends gave these; the records themselves have the last word.
+            let s = scan.summary(self.base);
+            self.first_ts.store(s.first_ts, Ordering::Release);
+            self.last_ts.store(s.last_ts, Ordering::Release);
+            self.id_count.store(s.id_count, Ordering::Release);
+            *guard = scan.entries;
             self.index_loaded.store(true, Ordering::Release);
             return Ok(());
         }
@@ -508,6 +507,23 @@ impl Segment {
         *guard = entries;
         self.index_loaded.store(true, Ordering::Release);
         Ok(())
+    }
+
+    /// Found damage open's boot mark ruled out: the topic takes no more appends (they would
+    /// be cut away with the damage), and the next open checks the log in full, which cuts
+    /// it back to the damage.
+    fn distrust_boot_mark(&self, why: &str) {
+        tracing::error!(segment = %self.path.display(), reason = why,
+            "segment damaged since the last full check; reopen the topic to cut the log back");
+        let _ = self.poison.set(format!(
+            "{} is damaged ({why}); reopen to recover",
+            self.path.display()
+        ));
+        if let Some(dir) = self.path.parent()
+            && let Err(e) = self.fs.remove_file(&dir.join(super::BOOT_MARK_FILE))
+        {
+            tracing::warn!(error = %e, "could not remove the boot mark");
+        }
     }
 
     /// Appends the records with offsets in `[from, ..)` to `out`, up to `max_records`
