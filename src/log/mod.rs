@@ -737,6 +737,7 @@ fn seal_after(
 /// index may be dropped and reread from the file).
 fn seal(fs: &Fs, seg: &Segment, interval: u64) -> Result<()> {
     seg.sync_after_resize()?;
+    seg.check_whole(interval)?;
     let s = seg.summary();
     let entries = seg.index(interval)?;
     segment::write_sealed_index(fs, &seg.index_path, &entries, &s)?;

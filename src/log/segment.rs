@@ -54,6 +54,8 @@ pub struct Segment {
     last_ts: AtomicU64,
     id_count: AtomicU64,
     sealed: AtomicBool,
+    /// Opened from its index's ends (`Known::Indexed`): not read whole yet (`check_whole`).
+    unchecked: AtomicBool,
     /// Bytes known durable (everything below was covered by a completed sync).
     synced: AtomicU64,
     max_body: usize,
@@ -182,26 +184,17 @@ impl Segment {
         let index_path = dir.join(index_file_name(base));
         // A stale index from an earlier life of this base would mislead readers.
         fs.remove_file(&index_path)?;
-        Ok(Segment {
+        let empty = SegmentSummary {
             base,
-            path,
-            index_path,
-            file,
-            index: RwLock::new(Vec::new()),
-            index_loaded: AtomicBool::new(true),
-            index_used: AtomicU64::new(0),
-            end: AtomicU64::new(SEGMENT_HEADER_LEN as u64),
-            next: AtomicU64::new(base),
-            first_ts: AtomicU64::new(0),
-            last_ts: AtomicU64::new(0),
-            id_count: AtomicU64::new(0),
-            sealed: AtomicBool::new(false),
-            synced: AtomicU64::new(SEGMENT_HEADER_LEN as u64),
-            max_body,
-            poison,
-            fs: fs.clone(),
-            resume: Mutex::new((base, SEGMENT_HEADER_LEN as u64)),
-        })
+            next: base,
+            bytes: SEGMENT_HEADER_LEN as u64,
+            first_ts: 0,
+            last_ts: 0,
+            id_count: 0,
+        };
+        Ok(Segment::from_parts(
+            fs, path, index_path, file, base, empty, false, max_body, poison,
+        ))
     }
 
     /// Opens a sealed segment from its index footer, checked against the first index entry
@@ -225,6 +218,7 @@ impl Segment {
             let seg =
                 Segment::from_parts(fs, path, index_path, file, base, s, false, max_body, poison);
             seg.index_loaded.store(false, Ordering::Release);
+            seg.unchecked.store(true, Ordering::Release);
             return Ok(seg);
         }
         let summary = match known {
@@ -363,6 +357,7 @@ impl Segment {
             last_ts: AtomicU64::new(s.last_ts),
             id_count: AtomicU64::new(s.id_count),
             sealed: AtomicBool::new(sealed),
+            unchecked: AtomicBool::new(false),
             // What recovery found on disk may not be durable yet (an unsynced tail).
             synced: AtomicU64::new(if sealed {
                 s.bytes
@@ -455,28 +450,29 @@ impl Segment {
             return Ok(());
         }
         if !self.is_sealed() {
-            // Opened from its index's ends (`Known::Indexed`), not sealed yet: read whole,
-            // once, before its sealing writes a footer that vouches for every record. The
-            // boot mark said nothing written could be missing; if records are missing after
-            // all (an in-place snapshot rollback, a disk that dropped accepted writes), the
-            // log open exposed is not the one on disk.
-            let scan = scan_all(&self.file, self.base, self.end(), interval, self.max_body)?;
-            if scan.stop.is_some() || scan.end != self.end() || scan.next != self.next() {
-                let why = format!(
-                    "records missing although the boot mark said nothing written could be:                      they end at offset {} (byte {}), not {}",
-                    scan.next,
-                    scan.end,
-                    self.next()
-                );
-                self.distrust_boot_mark(&why);
-                return Err(Error::corrupt(&self.path, why));
+            // Opened from its index's ends (`Known::Indexed`), not sealed yet: the entries
+            // are checked as the active segment's are, and must reach the same end.
+            let r = Probe::new(
+                &self.fs,
+                &self.file,
+                &self.index_path,
+                self.base,
+                self.end(),
+                interval,
+                self.max_body,
+            )
+            .read_index()?;
+            if r.stop.is_some() || r.summary.next != self.next() {
+                return Err(Error::corrupt(
+                    &self.path,
+                    format!(
+                        "segment changed since open: its records end at offset {}, not {}",
+                        r.summary.next,
+                        self.next()
+                    ),
+                ));
             }
-            // The index's ends gave these; the records themselves have the last word.
-            let s = scan.summary(self.base);
-            self.first_ts.store(s.first_ts, Ordering::Release);
-            self.last_ts.store(s.last_ts, Ordering::Release);
-            self.id_count.store(s.id_count, Ordering::Release);
-            *guard = scan.entries;
+            *guard = r.entries;
             self.index_loaded.store(true, Ordering::Release);
             return Ok(());
         }
@@ -505,6 +501,37 @@ impl Segment {
             }
         };
         *guard = entries;
+        self.index_loaded.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Before the sealing of a segment open took from its index's ends (`Known::Indexed`)
+    /// writes a footer that vouches for every record: reads it whole, once. The boot mark
+    /// said nothing written could be missing; if records are missing after all (an in-place
+    /// snapshot rollback, a disk that dropped writes it had accepted), the log open exposed
+    /// is not the one on disk (`distrust_boot_mark`).
+    pub(crate) fn check_whole(&self, interval: u64) -> Result<()> {
+        if !self.unchecked.swap(false, Ordering::AcqRel) {
+            return Ok(());
+        }
+        let scan = scan_all(&self.file, self.base, self.end(), interval, self.max_body)?;
+        if scan.stop.is_some() || scan.end != self.end() || scan.next != self.next() {
+            let why = format!(
+                "records missing although the boot mark said nothing written could be: \
+                 they end at offset {} (byte {}), not {}",
+                scan.next,
+                scan.end,
+                self.next()
+            );
+            self.distrust_boot_mark(&why);
+            return Err(Error::corrupt(&self.path, why));
+        }
+        // The index's ends gave these; the records themselves have the last word.
+        let s = scan.summary(self.base);
+        self.first_ts.store(s.first_ts, Ordering::Release);
+        self.last_ts.store(s.last_ts, Ordering::Release);
+        self.id_count.store(s.id_count, Ordering::Release);
+        *write_lock(&self.index) = scan.entries;
         self.index_loaded.store(true, Ordering::Release);
         Ok(())
     }
