@@ -41,6 +41,25 @@ fn evict_indexes(segs: &[Arc<Segment>]) {
     }
 }
 
+/// Sealed segments whose file stays open (least recently used are closed, see
+/// `Segment::close_file`): descriptors per topic stay bounded however long the log.
+const OPEN_SEALED_MAX: usize = 8;
+
+/// Closes the least recently used sealed files beyond `OPEN_SEALED_MAX`.
+fn close_files(segs: &[Arc<Segment>]) {
+    let mut open: Vec<(u64, &Arc<Segment>)> = segs
+        .iter()
+        .filter_map(|s| s.open_file_used().map(|u| (u, s)))
+        .collect();
+    if open.len() <= OPEN_SEALED_MAX {
+        return;
+    }
+    open.sort_unstable_by_key(|(u, _)| *u);
+    for (_, s) in &open[..open.len() - OPEN_SEALED_MAX] {
+        s.close_file();
+    }
+}
+
 /// Background write-back granularity when appends are not synced one by one.
 const WRITE_BACK_BYTES: u64 = 8 << 20;
 
@@ -88,6 +107,8 @@ pub struct LogReader {
     /// `[earliest, next)`: kept beside the list so hot paths need no lock. `next` is
     /// stored after the records are visible in their segment.
     bounds: Arc<[AtomicU64; 2]>,
+    /// `segment::LOADS` when this log last unloaded indexes and closed files.
+    swept: Arc<AtomicU64>,
     cfg: LogConfig,
 }
 
@@ -295,7 +316,7 @@ impl TopicLog {
             .cloned()
             .ok_or_else(|| Error::corrupt(dir, "log has no segment after open (internal error)"))?;
         let index_file = fs.open_or_create(&active.index_path)?;
-        let allocated = active.file.len()?;
+        let allocated = active.with_file(|f| f.len())?;
         let entries = active.index(interval)?;
         let last_entry = entries.last().map(|e| e.position);
         let unsealed: Vec<Arc<Segment>> = segments[..segments.len() - 1]
@@ -313,6 +334,7 @@ impl TopicLog {
                     AtomicU64::new(active.next()),
                 ]),
                 segments: Arc::new(RwLock::new(segments)),
+                swept: Arc::new(AtomicU64::new(0)),
                 cfg,
             },
             active,
@@ -467,7 +489,7 @@ impl TopicLog {
             self.index_buf.clear();
             return Err(e);
         }
-        if let Err(e) = self.active.file.write_all_at(&self.buf, at) {
+        if let Err(e) = self.active.with_file(|f| f.write_all_at(&self.buf, at)) {
             let _ = self.poison.set(format!("write failed: {e}"));
             self.buf.clear();
             self.index_buf.clear();
@@ -527,7 +549,7 @@ impl TopicLog {
         let mut at = self.allocated;
         while at < target {
             let n = (target - at).min(PREALLOCATE_BYTES) as usize;
-            self.active.file.write_all_at(&zeros[..n], at)?;
+            self.active.with_file(|f| f.write_all_at(&zeros[..n], at))?;
             at += n as u64;
         }
         self.allocated = target;
@@ -541,7 +563,7 @@ impl TopicLog {
         while self.sealing.len() >= MAX_SEALING {
             self.finish_oldest_sealing()?;
         }
-        self.active.file.set_len(self.active.end())?;
+        self.active.with_file(|f| f.set_len(self.active.end()))?;
         let background = self.cfg.seal_in_background;
         if !background {
             seal(&self.fs, &self.active, self.cfg.index_interval_bytes)?;
@@ -580,7 +602,12 @@ impl TopicLog {
         self.last_entry = None;
         self.index_count = 0;
         self.allocated = SEGMENT_HEADER_LEN as u64;
-        write_lock(&self.reader.segments).push(seg.clone());
+        {
+            let mut segs = write_lock(&self.reader.segments);
+            segs.push(seg.clone());
+            // A writer nobody reads behind leaves a sealed file open at every roll.
+            close_files(&segs);
+        }
         let old = std::mem::replace(&mut self.active, seg);
         if background {
             // A segment made from a spare has its header and name synced by the sealing
@@ -692,7 +719,9 @@ impl TopicLog {
                     break;
                 }
                 total -= oldest.end();
-                removed.push(segs.remove(0));
+                let seg = segs.remove(0);
+                seg.mark_removed();
+                removed.push(seg);
             }
             if let Some(first) = segs.first() {
                 self.reader.bounds[0].store(first.base, Ordering::Release);
@@ -726,7 +755,7 @@ fn seal_after(
     interval: u64,
 ) -> Result<()> {
     if let Some((new, dir)) = fresh {
-        new.file.sync_data()?;
+        new.with_file(|f| f.sync_data())?;
         fs.sync_dir(dir)?;
     }
     seal(fs, seg, interval)
@@ -805,39 +834,63 @@ impl LogReader {
     /// Records from `from` (clamped to the earliest retained offset), at most `max_records`
     /// and about `max_bytes` (at least one record is returned if any exists).
     pub fn read(&self, from: u64, max_records: usize, max_bytes: usize) -> Result<Vec<Record>> {
-        let segs = self.snapshot();
         // Sized once for what the log holds (a batch read grew it ~10 times).
         let held = usize::try_from(self.next().saturating_sub(from)).unwrap_or(usize::MAX);
         let mut out = Vec::with_capacity(max_records.min(held).min(READ_CAPACITY_MAX));
-        let Some(first) = segs.first() else {
-            return Ok(out);
-        };
-        let mut at = from.max(first.base);
-        let start = segs.partition_point(|s| s.base <= at).saturating_sub(1);
+        let mut at = from;
         let mut bytes = 0usize;
-        for seg in &segs[start..] {
-            if out.len() >= max_records || bytes >= max_bytes {
+        while out.len() < max_records && bytes < max_bytes {
+            let Some(seg) = self.segment_with(&mut at) else {
                 break;
-            }
-            if at >= seg.next() {
-                continue;
-            }
+            };
             let before = out.len();
-            seg.read(
-                at,
-                max_records - out.len(),
-                max_bytes - bytes,
-                self.cfg.index_interval_bytes,
-                &mut out,
-            )?;
-            if out.len() == before {
+            if !self.read_part(&seg, at, max_records - before, max_bytes - bytes, &mut out)? {
                 break;
             }
             bytes += out[before..].iter().map(|r| r.payload.len()).sum::<usize>();
             at = out.last().map_or(at, |r| r.offset + 1);
         }
-        evict_indexes(&segs);
+        let loads = segment::LOADS.load(Ordering::Relaxed);
+        if self.swept.swap(loads, Ordering::Relaxed) != loads {
+            let segs = read_lock(&self.segments);
+            evict_indexes(&segs);
+            close_files(&segs);
+        }
         Ok(out)
+    }
+
+    /// `seg`'s part of a read, from `at`; false if it had nothing. A segment that retention
+    /// deleted since it was looked up (its file closed, so it could not be opened again)
+    /// counts as read: what it held is gone, and the log goes on from its new start.
+    fn read_part(
+        &self,
+        seg: &Segment,
+        at: u64,
+        max_records: usize,
+        max_bytes: usize,
+        out: &mut Vec<Record>,
+    ) -> Result<bool> {
+        let before = out.len();
+        match seg.read(
+            at,
+            max_records,
+            max_bytes,
+            self.cfg.index_interval_bytes,
+            out,
+        ) {
+            Err(_) if seg.is_removed() => Ok(true),
+            Err(e) => Err(e),
+            Ok(()) => Ok(out.len() > before),
+        }
+    }
+
+    /// The segment holding `at` or the first record after it (`at` moved up to the log's
+    /// start if retention deleted it); one `Arc` taken, not the whole list.
+    fn segment_with(&self, at: &mut u64) -> Option<Arc<Segment>> {
+        let segs = read_lock(&self.segments);
+        *at = (*at).max(segs.first()?.base);
+        let start = segs.partition_point(|s| s.base <= *at).saturating_sub(1);
+        segs[start..].iter().find(|s| *at < s.next()).cloned()
     }
 
     /// The first offset whose record has a timestamp `>= ts_ms`; the log end if none.
@@ -878,5 +931,93 @@ impl LogReader {
             .find(|e| total.saturating_sub(e.ids_before) >= want_ids)
             .map_or(seg.base, |e| e.offset);
         seg.for_each_from(from, interval, f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn append(log: &mut TopicLog, n: usize) {
+        let headers = Headers::new();
+        for _ in 0..n {
+            let m = Append {
+                payload: &[7u8; 200],
+                headers: &headers,
+                headers_len: record::headers_len(&headers),
+            };
+            log.append(&[m], 0).expect("append");
+        }
+    }
+
+    fn log_in(dir: &Path) -> TopicLog {
+        let cfg = LogConfig {
+            segment_bytes: 1024,
+            index_interval_bytes: 4096,
+            max_body: 1 << 16,
+            preallocate: false,
+            seal_in_background: false,
+        };
+        TopicLog::open(&Fs::real(), dir, cfg, 0).expect("open")
+    }
+
+    /// A reader that looked a segment up just before retention deleted it (its file closed
+    /// by then) goes on from the log's new start instead of failing.
+    #[test]
+    fn a_read_racing_retention_goes_on_from_the_new_start() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let mut log = log_in(tmp.path());
+        append(&mut log, 40);
+        let reader = log.reader().clone();
+        let mut at = 0;
+        let first = reader.segment_with(&mut at).expect("first segment");
+        first.close_file();
+        let removed = log.apply_retention(0, 1, 0).expect("retention");
+        assert!(removed > 0 && first.is_removed());
+        let mut out = Vec::new();
+        assert!(
+            first.read(0, 10, 1 << 20, 4096, &mut out).is_err(),
+            "its file is gone"
+        );
+        assert!(
+            reader
+                .read_part(&first, 0, 10, 1 << 20, &mut out)
+                .expect("read on")
+        );
+        let rest = reader.read(0, 1000, 1 << 20).expect("read");
+        assert_eq!(rest[0].offset, reader.earliest());
+        assert_eq!(rest.last().map(|r| r.offset), Some(39));
+    }
+
+    /// However many segments a log has, a read through all of them leaves at most
+    /// `OPEN_SEALED_MAX` sealed files open, and open opens none for good.
+    #[test]
+    fn sealed_files_are_opened_on_demand_and_few_stay_open() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let mut log = log_in(tmp.path());
+        append(&mut log, 200);
+        let open_sealed = |log: &TopicLog| {
+            read_lock(&log.reader().segments)
+                .iter()
+                .filter(|s| s.open_file_used().is_some())
+                .count()
+        };
+        assert!(
+            open_sealed(&log) <= OPEN_SEALED_MAX,
+            "closed as the writer rolls"
+        );
+        drop(log);
+        let log = log_in(tmp.path());
+        let segments = log.reader().stats().segments;
+        assert!(segments > 4 * OPEN_SEALED_MAX, "{segments}");
+        assert_eq!(open_sealed(&log), 0, "open keeps no sealed file open");
+        let mut at = 0;
+        while let Ok(batch) = log.reader().read(at, 3, 1 << 20) {
+            let Some(last) = batch.last() else { break };
+            assert_eq!(batch[0].offset, at);
+            at = last.offset + 1;
+            assert!(open_sealed(&log) <= OPEN_SEALED_MAX);
+        }
+        assert_eq!(at, 200);
     }
 }

@@ -15,6 +15,9 @@ use crate::io::{DataFile, Fs};
 
 /// Orders index uses across all segments (for unloading the least recently used).
 static INDEX_CLOCK: AtomicU64 = AtomicU64::new(1);
+/// Sealed indexes loaded and sealed files opened on demand, by every log: a log looks for
+/// something to unload or close only when this moved since it last looked.
+pub(crate) static LOADS: AtomicU64 = AtomicU64::new(0);
 
 /// Bytes read per syscall when reading or scanning a segment.
 pub const READ_CHUNK_BYTES: usize = 64 * 1024;
@@ -40,7 +43,16 @@ pub struct Segment {
     pub base: u64,
     pub path: PathBuf,
     pub index_path: PathBuf,
-    pub(crate) file: DataFile,
+    /// The open file. A sealed segment's is closed when the log has more open than
+    /// `OPEN_SEALED_MAX` (least recently used first, `close_file`) and opened again on
+    /// demand: a log of thousands of segments must not hold a descriptor for each (the
+    /// default limit is often 1,024). The active or sealing segment's is never closed.
+    file: RwLock<Option<DataFile>>,
+    /// When the file was last used (`INDEX_CLOCK`).
+    file_used: AtomicU64,
+    /// Taken out of the log by retention (its files are being deleted): a read that fails
+    /// to open it goes on from the log's new start.
+    removed: AtomicBool,
     /// Sparse entries; for a sealed segment loaded on first use (`index_loaded`).
     index: RwLock<Vec<IndexEntry>>,
     index_loaded: AtomicBool,
@@ -103,7 +115,7 @@ impl Segment {
         if self.synced.load(Ordering::Acquire) >= end {
             return Ok(());
         }
-        self.file.sync_data().inspect_err(|e| {
+        self.with_file(|f| f.sync_data()).inspect_err(|e| {
             let _ = self.poison.set(format!("sync failed: {e}"));
         })?;
         self.synced.fetch_max(end, Ordering::AcqRel);
@@ -113,7 +125,7 @@ impl Segment {
     /// Syncs unconditionally (after a resize, which `sync` would not see as new data).
     pub fn sync_after_resize(&self) -> Result<()> {
         let end = self.end();
-        self.file.sync_data().inspect_err(|e| {
+        self.with_file(|f| f.sync_data()).inspect_err(|e| {
             let _ = self.poison.set(format!("sync failed: {e}"));
         })?;
         self.synced.fetch_max(end, Ordering::AcqRel);
@@ -193,7 +205,15 @@ impl Segment {
             id_count: 0,
         };
         Ok(Segment::from_parts(
-            fs, path, index_path, file, base, empty, false, max_body, poison,
+            fs,
+            path,
+            index_path,
+            Some(file),
+            base,
+            empty,
+            false,
+            max_body,
+            poison,
         ))
     }
 
@@ -215,8 +235,17 @@ impl Segment {
         let len = file.len()?;
         check_header(&file, base)?;
         if let Some(Known::Indexed(s)) = known {
-            let seg =
-                Segment::from_parts(fs, path, index_path, file, base, s, false, max_body, poison);
+            let seg = Segment::from_parts(
+                fs,
+                path,
+                index_path,
+                Some(file),
+                base,
+                s,
+                false,
+                max_body,
+                poison,
+            );
             seg.index_loaded.store(false, Ordering::Release);
             seg.unchecked.store(true, Ordering::Release);
             return Ok(seg);
@@ -229,7 +258,7 @@ impl Segment {
         };
         if let Some(s) = summary {
             let seg =
-                Segment::from_parts(fs, path, index_path, file, base, s, true, max_body, poison);
+                Segment::from_parts(fs, path, index_path, None, base, s, true, max_body, poison);
             seg.index_loaded.store(false, Ordering::Release);
             return Ok(seg);
         }
@@ -248,7 +277,7 @@ impl Segment {
                 tracing::error!(segment = %path.display(), at = scan.end, reason = why,
                     "sealed segment is damaged; keeping its index");
                 let seg = Segment::from_parts(
-                    fs, path, index_path, file, base, s, true, max_body, poison,
+                    fs, path, index_path, None, base, s, true, max_body, poison,
                 );
                 seg.index_loaded.store(false, Ordering::Release);
                 return Ok(seg);
@@ -264,7 +293,7 @@ impl Segment {
         // footer over unsynced data would hide a later power cut's loss.
         file.sync_data()?;
         write_sealed_index(fs, &index_path, &scan.entries, &s)?;
-        let seg = Segment::from_parts(fs, path, index_path, file, base, s, true, max_body, poison);
+        let seg = Segment::from_parts(fs, path, index_path, None, base, s, true, max_body, poison);
         *write_lock(&seg.index) = scan.entries;
         Ok(seg)
     }
@@ -326,7 +355,17 @@ impl Segment {
         let idx = fs.open_or_create(&index_path)?;
         idx.set_len(0)?;
         idx.write_all_at(&bytes, 0)?;
-        let seg = Segment::from_parts(fs, path, index_path, file, base, s, false, max_body, poison);
+        let seg = Segment::from_parts(
+            fs,
+            path,
+            index_path,
+            Some(file),
+            base,
+            s,
+            false,
+            max_body,
+            poison,
+        );
         *write_lock(&seg.index) = entries;
         Ok(seg)
     }
@@ -336,7 +375,7 @@ impl Segment {
         fs: &Fs,
         path: PathBuf,
         index_path: PathBuf,
-        file: DataFile,
+        file: Option<DataFile>,
         base: u64,
         s: SegmentSummary,
         sealed: bool,
@@ -347,7 +386,9 @@ impl Segment {
             base,
             path,
             index_path,
-            file,
+            file: RwLock::new(file),
+            file_used: AtomicU64::new(0),
+            removed: AtomicBool::new(false),
             index: RwLock::new(Vec::new()),
             index_loaded: AtomicBool::new(true),
             index_used: AtomicU64::new(0),
@@ -452,16 +493,18 @@ impl Segment {
         if !self.is_sealed() {
             // Opened from its index's ends (`Known::Indexed`), not sealed yet: the entries
             // are checked as the active segment's are, and must reach the same end.
-            let r = Probe::new(
-                &self.fs,
-                &self.file,
-                &self.index_path,
-                self.base,
-                self.end(),
-                interval,
-                self.max_body,
-            )
-            .read_index()?;
+            let r = self.with_file(|file| {
+                Probe::new(
+                    &self.fs,
+                    file,
+                    &self.index_path,
+                    self.base,
+                    self.end(),
+                    interval,
+                    self.max_body,
+                )
+                .read_index()
+            })?;
             if r.stop.is_some() || r.summary.next != self.next() {
                 return Err(Error::corrupt(
                     &self.path,
@@ -474,6 +517,7 @@ impl Segment {
             }
             *guard = r.entries;
             self.index_loaded.store(true, Ordering::Release);
+            LOADS.fetch_add(1, Ordering::Relaxed);
             return Ok(());
         }
         let raw = match self.fs.open(&self.index_path) {
@@ -484,7 +528,9 @@ impl Segment {
             Some((entries, s)) if s.base == self.base && s.bytes == self.end() => entries,
             _ => {
                 tracing::warn!(segment = %self.path.display(), "index damaged; rebuilding it");
-                let scan = scan_all(&self.file, self.base, self.end(), interval, self.max_body)?;
+                let scan = self.with_file(|file| {
+                    scan_all(file, self.base, self.end(), interval, self.max_body)
+                })?;
                 if let Some(why) = scan.stop {
                     return Err(Error::corrupt(
                         &self.path,
@@ -502,7 +548,54 @@ impl Segment {
         };
         *guard = entries;
         self.index_loaded.store(true, Ordering::Release);
+        LOADS.fetch_add(1, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Runs `f` on the segment's file, opening it again if it was closed (`close_file`).
+    pub(crate) fn with_file<R>(&self, f: impl FnOnce(&DataFile) -> Result<R>) -> Result<R> {
+        self.file_used.store(
+            INDEX_CLOCK.fetch_add(1, Ordering::Relaxed),
+            Ordering::Relaxed,
+        );
+        if let Some(file) = read_lock(&self.file).as_ref() {
+            return f(file);
+        }
+        let mut slot = write_lock(&self.file);
+        let file = match slot.take() {
+            Some(file) => file,
+            None => {
+                LOADS.fetch_add(1, Ordering::Relaxed);
+                self.fs.open(&self.path)?
+            }
+        };
+        f(slot.insert(file))
+    }
+
+    /// When a sealed segment's open file was last used; `None` if it is closed, in use
+    /// right now, or the segment is not sealed (its file stays open).
+    pub(crate) fn open_file_used(&self) -> Option<u64> {
+        let slot = self.file.try_read().ok()?;
+        (self.is_sealed() && slot.is_some()).then(|| self.file_used.load(Ordering::Relaxed))
+    }
+
+    /// Closes a sealed segment's file (opened again when next used). Never waits: a file
+    /// in use right now was used recently.
+    pub(crate) fn close_file(&self) {
+        if self.is_sealed()
+            && let Ok(mut slot) = self.file.try_write()
+        {
+            *slot = None;
+        }
+    }
+
+    /// Retention took the segment out of the log and deletes its files.
+    pub(crate) fn mark_removed(&self) {
+        self.removed.store(true, Ordering::Release);
+    }
+
+    pub(crate) fn is_removed(&self) -> bool {
+        self.removed.load(Ordering::Acquire)
     }
 
     /// Before the sealing of a segment open took from its index's ends (`Known::Indexed`)
@@ -514,7 +607,8 @@ impl Segment {
         if !self.unchecked.swap(false, Ordering::AcqRel) {
             return Ok(());
         }
-        let scan = scan_all(&self.file, self.base, self.end(), interval, self.max_body)?;
+        let scan =
+            self.with_file(|file| scan_all(file, self.base, self.end(), interval, self.max_body))?;
         if scan.stop.is_some() || scan.end != self.end() || scan.next != self.next() {
             let why = format!(
                 "records missing although the boot mark said nothing written could be: \
@@ -578,7 +672,8 @@ impl Segment {
         let limit = out.len().saturating_add(max_records);
         let mut want = READ_CHUNK_BYTES;
         while pos < end && out.len() < limit && bytes_out < max_bytes {
-            let chunk = read_chunk(&self.file, pos, want.min((end - pos) as usize))?;
+            let chunk =
+                self.with_file(|file| read_chunk(file, pos, want.min((end - pos) as usize)))?;
             want = READ_CHUNK_BYTES;
             let mut cur = 0usize;
             while cur < chunk.len() && out.len() < limit && bytes_out < max_bytes {
