@@ -1183,26 +1183,28 @@ async fn a_sealed_segment_replaced_by_garbage_is_corrupt_and_the_rest_is_kept() 
     let sealed = segs[1].clone();
     let len = std::fs::metadata(&sealed).expect("meta").len() as usize;
     let original = std::fs::read(&sealed).expect("read");
-    // Whole file garbage: not even a segment header.
-    with_replaced(&sealed, &garbage(len, 1), || {
-        let r = Spool::open(&fx.conn);
-        assert_err(r, Want::Corrupt(&sealed), "sealed segment all garbage");
-    });
-    // Header intact, records garbage: refused on open, or every read of them is Corrupt.
-    let mut bytes = original[..32].to_vec();
-    bytes.extend(garbage(len - 32, 2));
-    let opened = with_replaced(&sealed, &bytes, || Spool::open(&fx.conn));
-    match opened {
-        Err(e) => {
-            assert_err::<()>(Err(e), Want::Corrupt(&sealed), "sealed records garbage");
-        }
-        Ok(mq) => {
-            // Reads happen with the garbage back in place.
-            std::fs::write(&sealed, &bytes).expect("write");
-            let corrupt = no_wrong_record(&mq, &fx, "sealed records garbage").await;
-            assert!(corrupt > 0, "the damage was reported");
-            mq.close().await.expect("close");
-            std::fs::write(&sealed, &original).expect("restore");
+    // Whole file garbage (not even a segment header), or the header intact and the records
+    // garbage: refused on open, or every read of them is Corrupt. (Open trusts a sealed
+    // segment's crc-checked footer and its length, without reading the data file.)
+    let mut header_kept = original[..32].to_vec();
+    header_kept.extend(garbage(len - 32, 2));
+    for (bytes, what) in [
+        (garbage(len, 1), "sealed segment all garbage"),
+        (header_kept, "sealed records garbage"),
+    ] {
+        let opened = with_replaced(&sealed, &bytes, || Spool::open(&fx.conn));
+        match opened {
+            Err(e) => {
+                assert_err::<()>(Err(e), Want::Corrupt(&sealed), what);
+            }
+            Ok(mq) => {
+                // Reads happen with the garbage back in place.
+                std::fs::write(&sealed, &bytes).expect("write");
+                let corrupt = no_wrong_record(&mq, &fx, what).await;
+                assert!(corrupt > 0, "{what}: the damage was reported");
+                mq.close().await.expect("close");
+                std::fs::write(&sealed, &original).expect("restore");
+            }
         }
     }
     // Truncated to nothing.

@@ -34,6 +34,8 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     fn open_or_create(&self, path: &Path) -> std::io::Result<Arc<dyn FileIo>>;
     /// Deleting a missing file is not an error.
     fn remove_file(&self, path: &Path) -> std::io::Result<()>;
+    /// A file's length, without opening it.
+    fn file_len(&self, path: &Path) -> std::io::Result<u64>;
     /// Renames a file (atomically replacing `to`); durable after `sync_dir`.
     fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()>;
     fn list_dir(&self, dir: &Path) -> std::io::Result<Vec<String>>;
@@ -104,6 +106,12 @@ impl Fs {
         self.0
             .remove_file(path)
             .ctx(|| format!("deleting {}", path.display()))
+    }
+
+    pub fn file_len(&self, path: &Path) -> Result<u64> {
+        self.0
+            .file_len(path)
+            .ctx(|| format!("reading the size of {}", path.display()))
     }
 
     pub fn rename(&self, from: &Path, to: &Path) -> Result<()> {
@@ -268,6 +276,9 @@ impl Backend for RealFs {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             r => r,
         }
+    }
+    fn file_len(&self, path: &Path) -> std::io::Result<u64> {
+        Ok(std::fs::metadata(path)?.len())
     }
     fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
         std::fs::rename(from, to)

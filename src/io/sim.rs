@@ -389,6 +389,15 @@ impl Backend for SimFs {
         Ok(())
     }
 
+    fn file_len(&self, path: &Path) -> std::io::Result<u64> {
+        let mut s = self.lock();
+        let id = *s
+            .names
+            .get(path)
+            .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"))?;
+        Ok(s.file(id)?.live.len() as u64)
+    }
+
     fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
         let mut s = self.lock();
         let id = *s

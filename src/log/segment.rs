@@ -231,6 +231,21 @@ impl Segment {
         known: Option<Known>,
     ) -> Result<Segment> {
         let index_path = path.with_extension("idx");
+        // The common case: a footer with its summary crc vouches for the data file (checked
+        // when the footer was written), so only its length is looked at; the file is opened
+        // when first read.
+        let trusted = match &known {
+            Some(Known::Footer(s)) => Some(*s),
+            None => footer_for(fs, &index_path, base, fs.file_len(&path)?)?
+                .and_then(|(s, unchecked)| matches!(unchecked, Unchecked::No).then_some(s)),
+            Some(Known::Scan(_) | Known::Indexed(_)) => None,
+        };
+        if let Some(s) = trusted {
+            let seg =
+                Segment::from_parts(fs, path, index_path, None, base, s, true, max_body, poison);
+            seg.index_loaded.store(false, Ordering::Release);
+            return Ok(seg);
+        }
         let file = fs.open(&path)?;
         let len = file.len()?;
         check_header(&file, base)?;
@@ -251,8 +266,7 @@ impl Segment {
             return Ok(seg);
         }
         let summary = match known {
-            Some(Known::Footer(s)) => Some(s),
-            Some(Known::Scan(_) | Known::Indexed(_)) => None,
+            Some(Known::Scan(_) | Known::Indexed(_) | Known::Footer(_)) => None,
             None => Probe::new(fs, &file, &index_path, base, len, interval, max_body)
                 .trusted_footer()?,
         };
@@ -927,17 +941,17 @@ impl<'a> Probe<'a> {
 
     /// The sealed footer's summary, if open may trust it (see ARCHITECTURE, sealed indexes).
     fn trusted_footer(&self) -> Result<Option<SegmentSummary>> {
-        let footer = read_footer(self.fs, self.index_path)?
-            .filter(|(s, _)| s.base == self.base && s.bytes == self.len && s.next >= self.base);
-        Ok(match footer {
-            // Its own crc says the summary was written whole, after the data was synced.
-            Some((s, Unchecked::No)) => Some(s),
-            Some((s, Unchecked::Ends(first, last))) => {
-                footer_agrees(self.file, &s, &first, &last, self.interval, self.max_body)?
-                    .then_some(s)
-            }
-            None => None,
-        })
+        Ok(
+            match footer_for(self.fs, self.index_path, self.base, self.len)? {
+                // Its own crc says the summary was written whole, after the data was synced.
+                Some((s, Unchecked::No)) => Some(s),
+                Some((s, Unchecked::Ends(first, last))) => {
+                    footer_agrees(self.file, &s, &first, &last, self.interval, self.max_body)?
+                        .then_some(s)
+                }
+                None => None,
+            },
+        )
     }
 
     /// Reads a segment from its index file and scans only after the last entry that holds
@@ -1097,6 +1111,17 @@ fn read_footer(fs: &Fs, index_path: &Path) -> Result<Option<(SegmentSummary, Unc
     let first = fmt::decode_entries(&entry)[0];
     let last = fmt::decode_entries(last_entry)[0];
     Ok(Some((footer.summary, Unchecked::Ends(first, last))))
+}
+
+/// The sealed index's footer if it names this segment: its base, and a data file of `len`.
+fn footer_for(
+    fs: &Fs,
+    index_path: &Path,
+    base: u64,
+    len: u64,
+) -> Result<Option<(SegmentSummary, Unchecked)>> {
+    Ok(read_footer(fs, index_path)?
+        .filter(|(s, _)| s.base == base && s.bytes == len && s.next >= base))
 }
 
 /// Whether a sealed index's footer tells the truth about its segment, checked from the
