@@ -112,6 +112,50 @@ fn flip_byte(path: &Path, at: u64) {
     std::fs::write(path, bytes).expect("write");
 }
 
+/// Open leaves the active segment's index file exactly as rebuilding it from the data
+/// would, whatever it found there: intact, damaged in the middle, cut short, or with junk
+/// after its entries (open rewrites only from where the file differs).
+#[tokio::test]
+async fn open_leaves_the_active_index_exactly_as_a_rebuild_would() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let opts = Options {
+        index_interval_bytes: 300,
+        ..tiny_segments(tmp.path(), 1 << 20)
+    };
+    let template = tmp.path().join("template");
+    prepared(&template, &opts, 40).await;
+    let index_after_open = |name: &str, edit: &dyn Fn(&mut Vec<u8>)| {
+        let dir = tmp.path().join(name);
+        copy_dir(&template, &dir);
+        let idx = last_segment(&dir).with_extension("idx");
+        let mut b = std::fs::read(&idx).expect("idx");
+        edit(&mut b);
+        std::fs::write(&idx, b).expect("write idx");
+        let mq = open(&Options {
+            data_source: dir,
+            ..opts.clone()
+        });
+        let after = std::fs::read(&idx).expect("idx");
+        std::mem::forget(mq);
+        after
+    };
+    let rebuilt = index_after_open("rebuilt", &|b| b.clear());
+    assert!(rebuilt.len() >= 24 * 10, "entries: {}", rebuilt.len());
+    type Edit<'a> = &'a dyn Fn(&mut Vec<u8>);
+    let cases: [(&str, Edit); 5] = [
+        ("intact", &|_| {}),
+        ("damaged entry", &|b| b[24 * 5 + 3] ^= 0x40),
+        ("cut mid-entry", &|b| b.truncate(24 * 6 + 7)),
+        ("junk after", &|b| b.extend_from_slice(&[0xEE; 30])),
+        ("long junk", &|b| {
+            b.extend(std::iter::repeat_n(0x11, 1 << 16))
+        }),
+    ];
+    for (name, edit) in cases {
+        assert!(index_after_open(name, edit) == rebuilt, "{name}");
+    }
+}
+
 #[tokio::test]
 async fn reopen_after_a_clean_close_keeps_everything() {
     let tmp = tempfile::tempdir().expect("tempdir");
