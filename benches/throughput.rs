@@ -668,6 +668,8 @@ fn run_child(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+const OPEN_ROUNDS: usize = 9;
+
 fn open_after_crash(report: &mut Report) {
     if !report.wants("open-after-crash") {
         return;
@@ -694,13 +696,15 @@ fn open_after_crash(report: &mut Report) {
     // Let the kernel finish writing back the fills (`sync`): otherwise an open competes
     // with gigabytes of writeback on two cores. The page cache stays warm for all alike.
     let _ = std::process::Command::new("sync").status();
-    // Three rounds of one open of each log, each after an unclean stop. The first open
+    // Nine rounds of one open of each log, each after an unclean stop (an open is a few
+    // milliseconds, mostly syncs whose latency swings 2-3x on this disk: three rounds let
+    // one slow phase decide the median). The first open
     // after the fill's abort also takes up what the fill left undone (under Sync=None:
     // the segments whose background sync the abort interrupted; in the same boot they
     // are checked from their index ends and synced and sealed by a background thread,
     // which each open here exits before it is done).
     let mut open_runs: Vec<Vec<f64>> = vec![Vec::new(); dirs.len()];
-    for _ in 0..3 {
+    for _ in 0..OPEN_ROUNDS {
         for ((_, dir), runs) in dirs.iter().zip(&mut open_runs) {
             let us = run_child(&["open", &dir.path().to_string_lossy()]);
             runs.push(us.trim().parse().unwrap_or(0.0));
@@ -710,7 +714,7 @@ fn open_after_crash(report: &mut Report) {
     for ((mb, dir), mut runs) in dirs.into_iter().zip(open_runs) {
         let first_us = runs[0];
         runs.sort_by(f64::total_cmp);
-        let open_us = runs[1];
+        let open_us = runs[runs.len() / 2];
         let line = run_child(&["consume", &dir.path().to_string_lossy()]);
         let mut it = line.split_whitespace();
         let _first_open_us = it.next();
