@@ -93,12 +93,21 @@ pub fn encode(
     buf.extend_from_slice(payload);
     let body_len = (buf.len() - start - FRAME_HEADER_LEN) as u32;
     buf[start..start + 4].copy_from_slice(&body_len.to_le_bytes());
-    let mut h = crc32fast::Hasher::new();
+    let mut h = crc_hasher();
     h.update(&buf[start..start + 4]);
     h.update(&buf[start + FRAME_HEADER_LEN..]);
     let crc = h.finalize();
     buf[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
     buf.len() - start
+}
+
+/// A fresh crc hasher. `Hasher::new` probes the CPU's features on every call (5% of the
+/// instructions of consuming 100 B records, measured with callgrind); a copy of one made
+/// once does not.
+fn crc_hasher() -> crc32fast::Hasher {
+    static TEMPLATE: std::sync::LazyLock<crc32fast::Hasher> =
+        std::sync::LazyLock::new(crc32fast::Hasher::new);
+    TEMPLATE.clone()
 }
 
 /// What a byte range holds at its start.
@@ -138,7 +147,7 @@ pub fn decode_at(buf: &Bytes, at: usize, max_body: usize) -> Frame {
         return Frame::Incomplete { needed: total };
     }
     let stored_crc = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
-    let mut h = crc32fast::Hasher::new();
+    let mut h = crc_hasher();
     h.update(&b[0..4]);
     h.update(&b[FRAME_HEADER_LEN..total]);
     if h.finalize() != stored_crc {

@@ -758,9 +758,11 @@ impl Engine {
             t.reader.read(offset, 1, 1).map(|mut v| v.pop())?
         } else {
             if g.prefetch.front().is_none_or(|r| r.offset != offset) {
-                g.prefetch.clear();
-                let batch = t.reader.read(offset, PREFETCH_RECORDS, PREFETCH_BYTES)?;
-                g.prefetch.extend(batch);
+                // Takes the read's buffer as it is (no copy of the records).
+                g.prefetch = t
+                    .reader
+                    .read(offset, PREFETCH_RECORDS, PREFETCH_BYTES)?
+                    .into();
             }
             g.prefetch.pop_front()
         };
@@ -819,7 +821,12 @@ impl Engine {
             }
             if end > offset + 1 && !g.attempts.contains_key(&offset) {
                 let n = usize::try_from(end - offset - 1).unwrap_or(usize::MAX);
-                let records: VecDeque<Record> = g.prefetch.drain(..n).collect();
+                // Usually the whole read-ahead: handed over without copying the records.
+                let records: VecDeque<Record> = if n == g.prefetch.len() {
+                    std::mem::take(&mut g.prefetch)
+                } else {
+                    g.prefetch.drain(..n).collect()
+                };
                 let (token, next) = g.lend(offset, end);
                 return Ok(Some(Handout {
                     record,
