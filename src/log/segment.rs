@@ -73,10 +73,20 @@ pub struct Segment {
     max_body: usize,
     poison: Poison,
     fs: Fs,
-    /// `(offset, byte position)` of the record after the last read: a read continuing
-    /// from there (a consumer's next batch) skips the index lookup and the records
-    /// between the index entry and its start. Records never move, so it stays true.
-    resume: Mutex<(u64, u64)>,
+    /// Where the last read stopped: a read continuing from there (a consumer's next batch)
+    /// skips the index lookup, the records between the index entry and its start, and the
+    /// file read of what the last read had already read past it. Records never move, so it
+    /// stays true.
+    resume: Mutex<Resume>,
+}
+
+/// The record after the last read, and the bytes read past it (below the segment's end as
+/// it was then; without copying: a slice of the chunk that read).
+#[derive(Debug)]
+struct Resume {
+    offset: u64,
+    position: u64,
+    ahead: Bytes,
 }
 
 impl Segment {
@@ -439,7 +449,11 @@ impl Segment {
             max_body,
             poison,
             fs: fs.clone(),
-            resume: Mutex::new((base, SEGMENT_HEADER_LEN as u64)),
+            resume: Mutex::new(Resume {
+                offset: base,
+                position: SEGMENT_HEADER_LEN as u64,
+                ahead: Bytes::new(),
+            }),
         }
     }
 
@@ -689,23 +703,29 @@ impl Segment {
         out: &mut Vec<Record>,
     ) -> Result<()> {
         let end = self.end();
-        let resume = *self.resume.lock().unwrap_or_else(|e| e.into_inner());
-        let (mut pos, mut expected) = if resume.0 == from {
-            (resume.1, from)
-        } else {
-            match self.entry_for_offset(from, interval)? {
-                Some(e) => (e.position, e.offset),
-                None => (SEGMENT_HEADER_LEN as u64, self.base),
-            }
+        let resumed = {
+            let r = self.resume.lock().unwrap_or_else(|e| e.into_inner());
+            (r.offset == from).then(|| (r.position, r.ahead.clone()))
+        };
+        let (mut pos, mut expected, mut ahead) = match resumed {
+            Some((position, ahead)) => (position, from, ahead),
+            None => match self.entry_for_offset(from, interval)? {
+                Some(e) => (e.position, e.offset, Bytes::new()),
+                None => (SEGMENT_HEADER_LEN as u64, self.base, Bytes::new()),
+            },
         };
         let mut bytes_out = 0usize;
         // `out` may already hold records of earlier segments: the limits count only ours.
         let limit = out.len().saturating_add(max_records);
         let mut want = READ_CHUNK_BYTES;
         while pos < end && out.len() < limit && bytes_out < max_bytes {
-            let chunk =
-                self.with_file(|file| read_chunk(file, pos, want.min((end - pos) as usize)))?;
+            let chunk = if ahead.is_empty() {
+                self.with_file(|file| read_chunk(file, pos, want.min((end - pos) as usize)))?
+            } else {
+                std::mem::take(&mut ahead)
+            };
             want = READ_CHUNK_BYTES;
+            let mut cut_off = false;
             let mut cur = 0usize;
             while cur < chunk.len() && out.len() < limit && bytes_out < max_bytes {
                 match record::decode_at(&chunk, cur, self.max_body) {
@@ -736,6 +756,7 @@ impl Segment {
                             ));
                         }
                         want = needed.max(READ_CHUNK_BYTES);
+                        cut_off = true;
                         break;
                     }
                     Frame::Corrupt(why) => {
@@ -747,8 +768,17 @@ impl Segment {
                 }
             }
             pos += cur as u64;
+            if !cut_off && cur < chunk.len() {
+                // Stopped by a limit with whole records left in the chunk (a record cut off
+                // at its end is read again from the file, whole).
+                ahead = chunk.slice(cur..);
+            }
         }
-        *self.resume.lock().unwrap_or_else(|e| e.into_inner()) = (expected, pos);
+        *self.resume.lock().unwrap_or_else(|e| e.into_inner()) = Resume {
+            offset: expected,
+            position: pos,
+            ahead,
+        };
         Ok(())
     }
 
