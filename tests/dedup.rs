@@ -551,3 +551,53 @@ async fn ids_of_records_deleted_by_retention_no_longer_hit() {
     assert!(earliest > 1);
     mq.close().await.expect("close");
 }
+
+/// Segment files a descriptor of this process has open under `dir`.
+#[cfg(target_os = "linux")]
+fn open_segment_files(dir: &std::path::Path) -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .expect("fd dir")
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter(|p| p.starts_with(dir) && p.extension().is_some_and(|e| e == "log"))
+        .count()
+}
+
+/// The rebuild at open reads the ids of as many segments as the window needs, but leaves at
+/// most 8 sealed segment files open (plus the active one and the two being sealed under
+/// `Sync=None`), as reads do: under a descriptor
+/// limit a log of many segments would otherwise fail the rebuild (and miss duplicates).
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn the_rebuild_over_many_segments_keeps_few_files_open() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let opts = tiny_segments(tmp.path(), 1024);
+    let mq = open(&opts);
+    for i in 0..1200u64 {
+        mq.publish("t", payload(i, 200), &with_id(&format!("m{i}")))
+            .await
+            .expect("publish");
+    }
+    let segments = mq.topic_info("t").expect("info").segments;
+    assert!(segments > 200, "{segments}");
+    let open_files = open_segment_files(tmp.path());
+    assert!(
+        open_files <= 8 + 3,
+        "{open_files} segment files open while publishing"
+    );
+    mq.close().await.expect("close");
+
+    let mq = open(&opts);
+    let open_files = open_segment_files(tmp.path());
+    assert!(
+        open_files <= 8 + 3,
+        "{open_files} segment files open after the rebuild"
+    );
+    assert_eq!(
+        mq.publish("t", payload(5, 200), &with_id("m5"))
+            .await
+            .expect("publish"),
+        5,
+        "the oldest ids were rebuilt"
+    );
+    mq.close().await.expect("close");
+}

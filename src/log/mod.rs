@@ -569,6 +569,9 @@ impl TopicLog {
             seal(&self.fs, &self.active, self.cfg.index_interval_bytes)?;
         }
         let s = self.active.summary();
+        // Before the new segment takes a descriptor (a writer nobody reads behind leaves a
+        // sealed file open at every roll).
+        close_files(&read_lock(&self.reader.segments));
         let spare = if background { self.take_spare() } else { None };
         let from_spare = spare.is_some();
         let created = match spare {
@@ -602,12 +605,7 @@ impl TopicLog {
         self.last_entry = None;
         self.index_count = 0;
         self.allocated = SEGMENT_HEADER_LEN as u64;
-        {
-            let mut segs = write_lock(&self.reader.segments);
-            segs.push(seg.clone());
-            // A writer nobody reads behind leaves a sealed file open at every roll.
-            close_files(&segs);
-        }
+        write_lock(&self.reader.segments).push(seg.clone());
         let old = std::mem::replace(&mut self.active, seg);
         if background {
             // A segment made from a spare has its header and name synced by the sealing
@@ -844,24 +842,38 @@ impl LogReader {
                 break;
             };
             let before = out.len();
-            if !self.read_part(&seg, at, max_records - before, max_bytes - bytes, &mut out)? {
-                break;
+            let part = self.read_part(&seg, at, max_records - before, max_bytes - bytes, &mut out);
+            // After each segment: a read across many segments keeps the bounds too.
+            self.sweep();
+            match part? {
+                Part::Read => {}
+                Part::Nothing => break,
+                // Deleted by retention since it was looked up: a batch never skips over
+                // offsets, so one that has records ends here; an empty one goes on from
+                // the log's new start.
+                Part::Gone if out.is_empty() => continue,
+                Part::Gone => break,
             }
             bytes += out[before..].iter().map(|r| r.payload.len()).sum::<usize>();
             at = out.last().map_or(at, |r| r.offset + 1);
         }
+        Ok(out)
+    }
+
+    /// Unloads indexes and closes files beyond their bounds, if anything was loaded or
+    /// opened (by any log) since this log last looked.
+    fn sweep(&self) {
         let loads = segment::LOADS.load(Ordering::Relaxed);
         if self.swept.swap(loads, Ordering::Relaxed) != loads {
             let segs = read_lock(&self.segments);
             evict_indexes(&segs);
             close_files(&segs);
         }
-        Ok(out)
     }
 
-    /// `seg`'s part of a read, from `at`; false if it had nothing. A segment that retention
-    /// deleted since it was looked up (its file closed, so it could not be opened again)
-    /// counts as read: what it held is gone, and the log goes on from its new start.
+    /// `seg`'s part of a read, from `at`. A segment that retention deleted since it was
+    /// looked up (its file closed, so it could not be opened again) is `Gone`: what it held
+    /// is gone, the log goes on from its new start.
     fn read_part(
         &self,
         seg: &Segment,
@@ -869,7 +881,7 @@ impl LogReader {
         max_records: usize,
         max_bytes: usize,
         out: &mut Vec<Record>,
-    ) -> Result<bool> {
+    ) -> Result<Part> {
         let before = out.len();
         match seg.read(
             at,
@@ -878,9 +890,10 @@ impl LogReader {
             self.cfg.index_interval_bytes,
             out,
         ) {
-            Err(_) if seg.is_removed() => Ok(true),
+            Err(_) if seg.is_removed() => Ok(Part::Gone),
             Err(e) => Err(e),
-            Ok(()) => Ok(out.len() > before),
+            Ok(()) if out.len() > before => Ok(Part::Read),
+            Ok(()) => Ok(Part::Nothing),
         }
     }
 
@@ -895,15 +908,29 @@ impl LogReader {
 
     /// The first offset whose record has a timestamp `>= ts_ms`; the log end if none.
     pub fn offset_for_time(&self, ts_ms: u64) -> Result<u64> {
-        let segs = self.snapshot();
-        // Timestamps are monotonic across the log: binary search the segments.
-        let i = segs.partition_point(|s| s.is_empty() || s.summary().last_ts < ts_ms);
-        for seg in &segs[i.min(segs.len())..] {
-            if let Some(o) = seg.offset_for_time(ts_ms, self.cfg.index_interval_bytes)? {
+        loop {
+            if let Some(o) = self.offset_for_time_in(&self.snapshot(), ts_ms)? {
                 return Ok(o);
             }
         }
-        Ok(segs.last().map_or(0, |s| s.next()))
+    }
+
+    /// `offset_for_time` in a snapshot of the segments; `None` if one of them was deleted
+    /// by retention since (look again in what is left).
+    fn offset_for_time_in(&self, segs: &[Arc<Segment>], ts_ms: u64) -> Result<Option<u64>> {
+        // Timestamps are monotonic across the log: binary search the segments.
+        let i = segs.partition_point(|s| s.is_empty() || s.summary().last_ts < ts_ms);
+        for seg in &segs[i.min(segs.len())..] {
+            let found = seg.offset_for_time(ts_ms, self.cfg.index_interval_bytes);
+            self.sweep();
+            match found {
+                Ok(Some(o)) => return Ok(Some(o)),
+                Ok(None) => {}
+                Err(_) if seg.is_removed() => return Ok(None),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(Some(segs.last().map_or(0, |s| s.next())))
     }
 
     /// Segments newest first with their id counts, for rebuilding de-duplication state.
@@ -930,8 +957,18 @@ impl LogReader {
             .rev()
             .find(|e| total.saturating_sub(e.ids_before) >= want_ids)
             .map_or(seg.base, |e| e.offset);
-        seg.for_each_from(from, interval, f)
+        let visited = seg.for_each_from(from, interval, f);
+        self.sweep();
+        visited
     }
+}
+
+/// What one segment gave a read.
+enum Part {
+    Read,
+    Nothing,
+    /// Deleted by retention since it was looked up.
+    Gone,
 }
 
 #[cfg(test)]
@@ -1017,6 +1054,32 @@ mod tests {
         }
     }
 
+    /// A time lookup racing retention (its snapshot still lists a segment retention then
+    /// deleted, with its file closed) looks again in what is left instead of failing.
+    #[test]
+    fn a_time_lookup_racing_retention_looks_again() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let mut log = log_in(tmp.path());
+        append(&mut log, 40);
+        drop(log);
+        let mut log = log_in(tmp.path());
+        let reader = log.reader().clone();
+        let snapshot = reader.snapshot();
+        assert!(log.apply_retention(0, 1, 0).expect("retention") > 0);
+        assert!(
+            snapshot[0].offset_for_time(0, 4096).is_err(),
+            "its file is gone"
+        );
+        assert_eq!(
+            reader.offset_for_time_in(&snapshot, 0).expect("lookup"),
+            None
+        );
+        assert_eq!(
+            reader.offset_for_time(0).expect("lookup"),
+            reader.earliest()
+        );
+    }
+
     /// A reader that looked a segment up just before retention deleted it (its file closed
     /// by then) goes on from the log's new start instead of failing.
     #[test]
@@ -1035,11 +1098,8 @@ mod tests {
             first.read(0, 10, 1 << 20, 4096, &mut out).is_err(),
             "its file is gone"
         );
-        assert!(
-            reader
-                .read_part(&first, 0, 10, 1 << 20, &mut out)
-                .expect("read on")
-        );
+        let part = reader.read_part(&first, 0, 10, 1 << 20, &mut out);
+        assert!(matches!(part, Ok(Part::Gone)), "gone, not an error");
         let rest = reader.read(0, 1000, 1 << 20).expect("read");
         assert_eq!(rest[0].offset, reader.earliest());
         assert_eq!(rest.last().map(|r| r.offset), Some(39));

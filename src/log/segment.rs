@@ -599,10 +599,13 @@ impl Segment {
 
     /// Runs `f` on the segment's file, opening it again if it was closed (`close_file`).
     pub(crate) fn with_file<R>(&self, f: impl FnOnce(&DataFile) -> Result<R>) -> Result<R> {
-        self.file_used.store(
-            INDEX_CLOCK.fetch_add(1, Ordering::Relaxed),
-            Ordering::Relaxed,
-        );
+        // Only a sealed file is ever closed: the writer's appends touch no shared clock.
+        if self.is_sealed() {
+            self.file_used.store(
+                INDEX_CLOCK.fetch_add(1, Ordering::Relaxed),
+                Ordering::Relaxed,
+            );
+        }
         if let Some(file) = read_lock(&self.file).as_ref() {
             return f(file);
         }

@@ -1408,6 +1408,11 @@ fn rebuild_dedup(reader: &LogReader, dedup: &mut Dedup, window: usize) -> Result
             }
         });
         if let Err(e) = visited {
+            // Anything but damage (out of descriptors, an I/O error) fails the open: a
+            // rebuild that silently missed ids would let duplicates in.
+            if !matches!(e, Error::Corrupt { .. }) {
+                return Err(e);
+            }
             // A damaged sealed segment fails its reads with `Corrupt`; it must not keep
             // the whole instance from opening. Its ids (those read before the damage are
             // kept) may be missed by de-duplication: say so.
