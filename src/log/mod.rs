@@ -28,17 +28,12 @@ const LOADED_INDEXES_MAX: usize = 8;
 /// Unloads the least recently used sealed indexes beyond `LOADED_INDEXES_MAX`: a reader
 /// going through a large log must not keep every segment's index (512 KiB per 64 MiB).
 fn evict_indexes(segs: &[Arc<Segment>]) {
-    let mut loaded: Vec<(u64, &Arc<Segment>)> = segs
-        .iter()
-        .filter_map(|s| s.loaded_index_used().map(|u| (u, s)))
-        .collect();
-    if loaded.len() <= LOADED_INDEXES_MAX {
-        return;
-    }
-    loaded.sort_unstable_by_key(|(u, _)| *u);
-    for (_, s) in &loaded[..loaded.len() - LOADED_INDEXES_MAX] {
-        s.unload_index();
-    }
+    release_least_recent(
+        segs,
+        LOADED_INDEXES_MAX,
+        Segment::loaded_index_used,
+        Segment::unload_index,
+    );
 }
 
 /// Sealed segments whose file stays open (least recently used are closed, see
@@ -47,16 +42,32 @@ const OPEN_SEALED_MAX: usize = 8;
 
 /// Closes the least recently used sealed files beyond `OPEN_SEALED_MAX`.
 fn close_files(segs: &[Arc<Segment>]) {
-    let mut open: Vec<(u64, &Arc<Segment>)> = segs
+    release_least_recent(
+        segs,
+        OPEN_SEALED_MAX,
+        Segment::open_file_used,
+        Segment::close_file,
+    );
+}
+
+/// Of the segments holding something (`used`: when it was last used), releases what the
+/// least recently used hold beyond `max`.
+fn release_least_recent(
+    segs: &[Arc<Segment>],
+    max: usize,
+    used: impl Fn(&Segment) -> Option<u64>,
+    release: impl Fn(&Segment),
+) {
+    let mut held: Vec<(u64, &Arc<Segment>)> = segs
         .iter()
-        .filter_map(|s| s.open_file_used().map(|u| (u, s)))
+        .filter_map(|s| used(s).map(|u| (u, s)))
         .collect();
-    if open.len() <= OPEN_SEALED_MAX {
+    if held.len() <= max {
         return;
     }
-    open.sort_unstable_by_key(|(u, _)| *u);
-    for (_, s) in &open[..open.len() - OPEN_SEALED_MAX] {
-        s.close_file();
+    held.sort_unstable_by_key(|(u, _)| *u);
+    for (_, s) in &held[..held.len() - max] {
+        release(s);
     }
 }
 
