@@ -1146,5 +1146,18 @@ mod tests {
             assert!(open_sealed(&log) <= OPEN_SEALED_MAX);
         }
         assert_eq!(at, 200);
+        // One record read from the start of every segment leaves bytes read ahead in each;
+        // closing a file lets them go too.
+        for seg in log.reader().snapshot() {
+            let got = log.reader().read(seg.base, 1, 1 << 20).expect("read");
+            assert_eq!(got.len(), 1);
+        }
+        let holding = log
+            .reader()
+            .snapshot()
+            .iter()
+            .filter(|s| s.holds_read_ahead())
+            .count();
+        assert!(holding > 0 && holding <= OPEN_SEALED_MAX + 1, "{holding}");
     }
 }

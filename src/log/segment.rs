@@ -634,7 +634,20 @@ impl Segment {
             && let Ok(mut slot) = self.file.try_write()
         {
             *slot = None;
+            // And what the last read had read ahead: memory stays bounded like descriptors.
+            self.resume.lock().unwrap_or_else(|e| e.into_inner()).ahead = Bytes::new();
         }
+    }
+
+    /// Whether the last read left bytes read ahead.
+    #[cfg(test)]
+    pub(crate) fn holds_read_ahead(&self) -> bool {
+        !self
+            .resume
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .ahead
+            .is_empty()
     }
 
     /// Retention took the segment out of the log and deletes its files.
