@@ -481,6 +481,12 @@ impl Segment {
     }
 
     pub(crate) fn mark_sealed(&self) {
+        // Just written: tail readers are likely still on it, so it is not the first file
+        // closed (an active segment's appends do not keep its `file_used`).
+        self.file_used.store(
+            INDEX_CLOCK.fetch_add(1, Ordering::Relaxed),
+            Ordering::Relaxed,
+        );
         self.sealed.store(true, Ordering::Release);
     }
 
@@ -736,7 +742,20 @@ impl Segment {
         let mut want = READ_CHUNK_BYTES;
         while pos < end && out.len() < limit && bytes_out < max_bytes {
             let chunk = if ahead.is_empty() {
-                self.with_file(|file| read_chunk(file, pos, want.min((end - pos) as usize)))?
+                let len = want.min((end - pos) as usize);
+                let chunk = self.with_file(|file| read_chunk(file, pos, len))?;
+                if chunk.len() < len {
+                    // Cut shorter since open (a sealed file is opened again by name): fail
+                    // rather than read the same short chunk forever.
+                    return Err(Error::corrupt(
+                        &self.path,
+                        format!(
+                            "the file ends at byte {} but its records at {end}",
+                            pos + chunk.len() as u64
+                        ),
+                    ));
+                }
+                chunk
             } else {
                 std::mem::take(&mut ahead)
             };
