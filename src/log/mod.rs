@@ -880,7 +880,10 @@ impl LogReader {
     /// opened (by any log) since this log last looked.
     fn sweep(&self) {
         let loads = segment::LOADS.load(Ordering::Relaxed);
-        if self.swept.swap(loads, Ordering::Relaxed) != loads {
+        // Read first: readers of one log would otherwise all write one cache line.
+        if self.swept.load(Ordering::Relaxed) != loads
+            && self.swept.swap(loads, Ordering::Relaxed) != loads
+        {
             let segs = read_lock(&self.segments);
             evict_indexes(&segs);
             close_files(&segs);

@@ -353,6 +353,7 @@ impl Segment {
                 summary: scan.summary(base),
                 stop: scan.stop,
                 entries: scan.entries,
+                unchanged: 0,
             }
         } else {
             Probe::new(fs, &file, &index_path, base, len, interval, max_body).read_index()?
@@ -372,29 +373,20 @@ impl Segment {
         }
         let (entries, s) = (r.entries, r.summary);
         // The index file must hold exactly the validated entries. It usually does already
-        // (a clean close, or a crash that lost only the tail): only what differs is
-        // rewritten (truncating it to zero and writing it again cost ~0.5 ms per open).
-        let mut bytes = Vec::with_capacity(entries.len() * INDEX_ENTRY_LEN);
-        for e in &entries {
-            fmt::encode_entry(e, &mut bytes);
+        // (a clean close, or a crash that lost only the tail): only what follows the entries
+        // it still has unchanged is written (truncating it to zero and writing it whole
+        // cost ~0.5 ms per open).
+        let unchanged = r.unchanged.min(entries.len());
+        let mut tail = Vec::with_capacity((entries.len() - unchanged) * INDEX_ENTRY_LEN);
+        for e in &entries[unchanged..] {
+            fmt::encode_entry(e, &mut tail);
         }
+        let same = (unchanged * INDEX_ENTRY_LEN) as u64;
         let idx = fs.open_or_create(&index_path)?;
-        let len = idx.len()?;
-        // Never more than the entries (a damaged index file may be huge).
-        let mut old = vec![0u8; usize::try_from(len).map_or(bytes.len(), |l| l.min(bytes.len()))];
-        let n = idx.read_at(&mut old, 0)?;
-        old.truncate(n);
-        let same = old
-            .chunks(INDEX_ENTRY_LEN)
-            .zip(bytes.chunks(INDEX_ENTRY_LEN))
-            .take_while(|(a, b)| a == b)
-            .count()
-            * INDEX_ENTRY_LEN;
-        if len != same as u64 {
-            idx.set_len(same as u64)?;
-        }
-        if bytes.len() != same {
-            idx.write_all_at(&bytes[same..], same as u64)?;
+        idx.write_all_at(&tail, same)?;
+        let want = same + tail.len() as u64;
+        if idx.len()? != want {
+            idx.set_len(want)?;
         }
         let seg = Segment::from_parts(
             fs,
@@ -1072,6 +1064,8 @@ impl<'a> Probe<'a> {
         {
             entries.clear();
         }
+        // The last one kept is where the scan starts, which makes its entry again.
+        let unchanged = entries.len().saturating_sub(1);
         let start = match entries.pop() {
             Some(e) => ScanStart::at(&e),
             None => ScanStart::header(self.base),
@@ -1082,6 +1076,7 @@ impl<'a> Probe<'a> {
         summary.first_ts = entries.first().map_or(0, |e| e.timestamp_ms);
         Ok(FromIndex {
             entries,
+            unchanged,
             summary,
             stop: scan.stop,
         })
@@ -1256,6 +1251,8 @@ fn load_index_entries(fs: &Fs, index_path: &Path) -> Result<Vec<IndexEntry>> {
 pub(crate) struct FromIndex {
     /// The entries kept and the ones the scan added.
     pub entries: Vec<IndexEntry>,
+    /// How many of the first `entries` are the index file's first entries, unchanged.
+    pub unchanged: usize,
     /// `bytes`: where the last whole record ends.
     pub summary: SegmentSummary,
     /// Why the scan stopped before the end of the file, if it did.
