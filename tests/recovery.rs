@@ -607,7 +607,15 @@ async fn a_segment_lost_while_being_synced_cuts_the_log_back_to_it() {
     copy_dir(&template, &dir);
     cut(&dir);
     set_header_flags(&dir.join(last.strip_prefix(&template).expect("inside")), 1);
+    assert!(cached_summary_bases(&dir).contains(&prev_base));
     assert_recovers_to(&dir, &opts, kept, "segment lost while being synced").await;
+    // The sealed-summaries cache went with the cut: `prev` (now written again) and what
+    // followed it have no entry from before.
+    assert!(
+        cached_summary_bases(&dir).iter().all(|&b| b < prev_base),
+        "{:?}",
+        cached_summary_bases(&dir)
+    );
 
     // Two segments behind (as many as may be sealing at once): the one before the
     // previous one lost records, both later ones are flagged, both go.
@@ -666,6 +674,66 @@ async fn a_segment_lost_while_being_synced_cuts_the_log_back_to_it() {
     }
 }
 
+/// Bases of the segments `sealed.sum` (the sealed-summaries cache) holds an entry for.
+fn cached_summary_bases(dir: &Path) -> Vec<u64> {
+    let Ok(b) = std::fs::read(topic_dir(dir, "t").join("sealed.sum")) else {
+        return Vec::new();
+    };
+    b.chunks_exact(64)
+        .map(|e| u64::from_le_bytes(e[8..16].try_into().expect("8 bytes")))
+        .collect()
+}
+
+/// Open takes sealed segments' summaries from the topic's `sealed.sum` (appended as each is
+/// sealed) instead of reading each segment's index: with every sealed index deleted, open
+/// does not touch them (they are rebuilt when first used) and the log reads back whole.
+#[tokio::test]
+async fn open_takes_sealed_summaries_from_the_cache_not_the_indexes() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (opts, template) = indexed_template(tmp.path()).await;
+    let files = segment_files(&template, "t");
+    let sealed = &files[..files.len() - 1];
+    assert!(sealed.len() >= 4, "{files:?}");
+    let bases: Vec<u64> = sealed.iter().map(|f| common_core::base_of(f)).collect();
+    let mut cached = cached_summary_bases(&template);
+    cached.sort_unstable();
+    assert_eq!(
+        cached, bases,
+        "one entry per sealed segment (sealed in any order)"
+    );
+    for f in sealed {
+        std::fs::remove_file(f.with_extension("idx")).expect("remove idx");
+    }
+    let mq = open(&opts_for(&template, &opts));
+    assert!(
+        sealed.iter().all(|f| !f.with_extension("idx").exists()),
+        "open read no sealed index"
+    );
+    assert_prefix(&mq, 40, "summaries from the cache").await;
+    mq.close().await.expect("close");
+}
+
+/// Takes `base`'s entry out of `sealed.sum`, as if its sealing had stopped before it.
+fn drop_cached_summary(dir: &Path, base: u64) {
+    let path = topic_dir(dir, "t").join("sealed.sum");
+    let b = std::fs::read(&path).expect("sealed.sum");
+    let kept: Vec<u8> = b
+        .chunks_exact(64)
+        .filter(|e| u64::from_le_bytes(e[8..16].try_into().expect("8 bytes")) != base)
+        .flatten()
+        .copied()
+        .collect();
+    assert!(kept.len() < b.len(), "an entry for {base}");
+    std::fs::write(&path, kept).expect("write");
+}
+
+fn opts_for(dir: &Path, opts: &Options) -> Options {
+    Options {
+        data_source: dir.to_owned(),
+        ..opts.clone()
+    }
+}
+
 /// After a process crash (same boot, same directory: nothing written can be missing) open
 /// builds on what the files say instead of reading the segments whose background sync the
 /// crash interrupted; their sealing reads them whole before it writes a footer. A copy of
@@ -697,6 +765,8 @@ async fn after_a_process_crash_open_does_not_reread_what_the_page_cache_still_ho
             let idx = prev.with_extension("idx");
             let entries = std::fs::metadata(&idx).expect("idx").len() - 64;
             set_len(&idx, entries);
+            // Its entry in the sealed-summaries cache comes after the footer: none either.
+            drop_cached_summary(&dir, common_core::base_of(&prev));
             set_header_flags(&last, 1);
             if damaged {
                 // Record 1 of `prev` (between index entries, an entry every 300 bytes).

@@ -9,14 +9,14 @@ pub mod segment;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use crate::Headers;
 use crate::error::{Error, Result};
 use crate::format::record::{self, Record};
 use crate::format::segment::{
-    FLAG_FOLLOWS_UNSYNCED, FLAG_SPARE, INDEX_ENTRY_LEN, IndexEntry, SEGMENT_HEADER_LEN,
-    encode_entry,
+    FLAG_FOLLOWS_UNSYNCED, FLAG_SPARE, FOOTER_LEN, INDEX_ENTRY_LEN, IndexEntry, SEGMENT_HEADER_LEN,
+    SegmentSummary, decode_footer, encode_entry, encode_footer,
 };
 use crate::io::{DataFile, Fs};
 pub use segment::MESSAGE_ID_HEADER;
@@ -81,6 +81,10 @@ const MAX_SEALING: usize = 2;
 /// In a topic's directory: the `boot_mark` of the last open that checked the log in full.
 pub(crate) const BOOT_MARK_FILE: &str = "boot.mark";
 
+/// In a topic's directory: the summaries of its sealed segments, appended as each is
+/// sealed (a cache, never synced; each entry crc'd like an index footer, see `Summaries`).
+pub(crate) const SUMMARIES_FILE: &str = "sealed.sum";
+
 /// The most records a read reserves room for up front.
 const READ_CAPACITY_MAX: usize = 4096;
 
@@ -123,6 +127,82 @@ pub struct LogReader {
     cfg: LogConfig,
 }
 
+/// `SUMMARIES_FILE`: an index footer's 64 bytes per sealed segment, appended after its
+/// footer (so after its data was synced: an entry vouches for a segment as its footer
+/// does). Open takes a sealed segment's summary from here when the entry's length is the
+/// data file's (one read per topic, a `statx` per segment), instead of opening and reading
+/// each segment's index. Deleted (with the directory sync) before open cuts the log back,
+/// so a base written again later cannot meet an older incarnation's entry.
+#[derive(Debug)]
+struct Summaries {
+    path: PathBuf,
+    /// Two sealing threads may append at once.
+    lock: Mutex<()>,
+}
+
+/// Entries the cache may hold beyond the log's sealed segments (retention leaves them)
+/// before open rewrites it.
+const SUMMARIES_STALE_MAX: usize = 64;
+
+impl Summaries {
+    fn new(dir: &Path) -> Summaries {
+        Summaries {
+            path: dir.join(SUMMARIES_FILE),
+            lock: Mutex::new(()),
+        }
+    }
+
+    /// The entries that hold up (crc), by base; the last one of a base wins. Missing,
+    /// unreadable or oversized: none (the footers are read instead).
+    fn read(&self, fs: &Fs) -> std::collections::HashMap<u64, SegmentSummary> {
+        let mut out = std::collections::HashMap::new();
+        let Ok(f) = fs.open(&self.path) else {
+            return out;
+        };
+        // Far more than any log's segments: a damaged length is not allocated.
+        const MAX_BYTES: u64 = (FOOTER_LEN as u64) << 20;
+        let bytes = match f.len() {
+            Ok(len) if len <= MAX_BYTES => f.read_all().unwrap_or_default(),
+            _ => return out,
+        };
+        for entry in bytes.chunks_exact(FOOTER_LEN) {
+            if let Some(footer) = decode_footer(entry).filter(|f| f.summary_checked) {
+                out.insert(footer.summary.base, footer.summary);
+            }
+        }
+        out
+    }
+
+    /// Appends `s` (over a torn last entry, if a crash left one). A failure only costs
+    /// the next open the footer read.
+    fn append(&self, fs: &Fs, s: &SegmentSummary) {
+        let _one = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let written = fs.open_or_create(&self.path).and_then(|f| {
+            let len = f.len()?;
+            f.write_all_at(&encode_footer(&[], s), len - len % FOOTER_LEN as u64)
+        });
+        if let Err(e) = written {
+            tracing::warn!(error = %e, "could not append to the sealed summaries");
+        }
+    }
+
+    /// Replaces the file with `all`.
+    fn rewrite(&self, fs: &Fs, all: &[SegmentSummary]) {
+        let _one = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let mut bytes = Vec::with_capacity(all.len() * FOOTER_LEN);
+        for s in all {
+            bytes.extend_from_slice(&encode_footer(&[], s));
+        }
+        let written = fs.open_or_create(&self.path).and_then(|f| {
+            f.write_all_at(&bytes, 0)?;
+            f.set_len(bytes.len() as u64)
+        });
+        if let Err(e) = written {
+            tracing::warn!(error = %e, "could not rewrite the sealed summaries");
+        }
+    }
+}
+
 /// The single writer of a topic's log. Callers serialise access (one `&mut`).
 #[derive(Debug)]
 pub struct TopicLog {
@@ -150,6 +230,7 @@ pub struct TopicLog {
     /// The spare file the next roll renames into a segment (`seal_in_background`), being
     /// made on a thread; a roll that finds it unfinished creates the segment itself.
     spare: Option<std::thread::JoinHandle<Result<DataFile>>>,
+    summaries: Arc<Summaries>,
 }
 
 /// One message to append.
@@ -182,6 +263,7 @@ impl TopicLog {
             }
         }
         let poison: Poison = Arc::new(OnceLock::new());
+        let summaries = Arc::new(Summaries::new(dir));
         // A last segment torn during creation (shorter than its header) holds nothing:
         // the previous segment is the active one.
         while bases.len() > 1 {
@@ -212,6 +294,7 @@ impl TopicLog {
         // and the log is cut back to it (it becomes the active segment, whose torn tail
         // open truncates): the log stays a prefix, without a gap.
         let from = bases.len().saturating_sub(MAX_SEALING + 1);
+        let mut cached = summaries.read(fs);
         let mut known = std::collections::HashMap::new();
         // The active segment's header says it was rolled under `seal_in_background` (read
         // here once, as the last pair's successor).
@@ -242,6 +325,7 @@ impl TopicLog {
                     // Sealed inline (`Always`/`Interval`) the segment is read whole and
                     // synced in this open anyway: the full check costs nothing more there.
                     same_boot && cfg.seal_in_background,
+                    cached.get(&prev),
                 )? {
                     segment::Whole::Yes(k) => {
                         known.insert(prev, k);
@@ -267,6 +351,9 @@ impl TopicLog {
                     "unsynced records were lost (power cut while segments were being \
                      synced); the log is cut back to them"
                 );
+                // First: the bases deleted now may be written again, differently.
+                fs.remove_file(&summaries.path)?;
+                cached.retain(|&b, _| b < prev);
                 for &b in &bases[i + 1..] {
                     fs.remove_file(&dir.join(segment::segment_file_name(b)))?;
                     fs.remove_file(&dir.join(segment::index_file_name(b)))?;
@@ -295,7 +382,12 @@ impl TopicLog {
                     !same_boot,
                 )?
             } else {
-                let k = known.remove(&base);
+                let k = known.remove(&base).or_else(|| {
+                    cached
+                        .get(&base)
+                        .filter(|s| fs.file_len(&path).is_ok_and(|len| len == s.bytes))
+                        .map(|s| segment::Known::Footer(*s))
+                });
                 Segment::open_sealed(fs, path, base, cfg.max_body, interval, poison.clone(), k)?
             };
             if let Some(prev) = segments.last()
@@ -335,6 +427,17 @@ impl TopicLog {
             .filter(|s| !s.is_sealed())
             .cloned()
             .collect();
+        // Sealed segments the cache lacks (a log from before it, lost appends) or many
+        // entries retention left behind: rewritten (before any sealing thread appends).
+        let sealed: Vec<SegmentSummary> = segments[..segments.len() - 1]
+            .iter()
+            .filter(|s| s.is_sealed())
+            .map(|s| s.summary())
+            .collect();
+        let lacking = sealed.iter().any(|s| cached.get(&s.base) != Some(s));
+        if lacking || cached.len() > sealed.len() + SUMMARIES_STALE_MAX {
+            summaries.rewrite(fs, &sealed);
+        }
         let mut log = TopicLog {
             fs: fs.clone(),
             dir: dir.to_owned(),
@@ -359,6 +462,7 @@ impl TopicLog {
             poison,
             sealing: std::collections::VecDeque::new(),
             spare: None,
+            summaries,
         };
         // A segment made from a spare has its name made durable by its sealing thread
         // (`seal_after`), which a killed process may not have run: records published into
@@ -577,7 +681,12 @@ impl TopicLog {
         self.active.with_file(|f| f.set_len(self.active.end()))?;
         let background = self.cfg.seal_in_background;
         if !background {
-            seal(&self.fs, &self.active, self.cfg.index_interval_bytes)?;
+            seal(
+                &self.fs,
+                &self.active,
+                self.cfg.index_interval_bytes,
+                &self.summaries,
+            )?;
         }
         let s = self.active.summary();
         // Before the new segment takes a descriptor (a writer nobody reads behind leaves a
@@ -636,13 +745,14 @@ impl TopicLog {
         fresh: Option<(Arc<Segment>, PathBuf)>,
     ) -> Result<()> {
         let job = {
-            let (fs, interval, seg, fresh) = (
+            let (fs, interval, seg, fresh, summaries) = (
                 self.fs.clone(),
                 self.cfg.index_interval_bytes,
                 seg.clone(),
                 fresh.clone(),
+                self.summaries.clone(),
             );
-            move || seal_after(&fs, fresh.as_ref(), &seg, interval)
+            move || seal_after(&fs, fresh.as_ref(), &seg, interval, &summaries)
         };
         match std::thread::Builder::new()
             .name("spool-seal".into())
@@ -655,6 +765,7 @@ impl TopicLog {
                 fresh.as_ref(),
                 &seg,
                 self.cfg.index_interval_bytes,
+                &self.summaries,
             )?,
         }
         Ok(())
@@ -762,24 +873,26 @@ fn seal_after(
     fresh: Option<&(Arc<Segment>, PathBuf)>,
     seg: &Segment,
     interval: u64,
+    summaries: &Summaries,
 ) -> Result<()> {
     if let Some((new, dir)) = fresh {
         new.with_file(|f| f.sync_data())?;
         fs.sync_dir(dir)?;
     }
-    seal(fs, seg, interval)
+    seal(fs, seg, interval, summaries)
 }
 
 /// Syncs `seg` (trimmed already), writes its sealed index and marks it sealed. Marked only
 /// after the index is written: until then its in-memory index stays (a sealed segment's
 /// index may be dropped and reread from the file).
-fn seal(fs: &Fs, seg: &Segment, interval: u64) -> Result<()> {
+fn seal(fs: &Fs, seg: &Segment, interval: u64, summaries: &Summaries) -> Result<()> {
     seg.sync_after_resize()?;
     seg.check_whole(interval)?;
     let s = seg.summary();
     let entries = seg.index(interval)?;
     segment::write_sealed_index(fs, &seg.index_path, &entries, &s)?;
     seg.mark_sealed();
+    summaries.append(fs, &s);
     Ok(())
 }
 
@@ -1219,6 +1332,40 @@ mod tests {
             .recv_timeout(std::time::Duration::from_secs(10))
             .expect("the read returns");
         assert!(matches!(got, Err(Error::Corrupt { .. })), "{got:?}");
+    }
+
+    fn summary(base: u64) -> SegmentSummary {
+        SegmentSummary {
+            base,
+            next: base + 3,
+            bytes: 500,
+            first_ts: 7,
+            last_ts: 9,
+            id_count: 1,
+        }
+    }
+
+    /// The sealed-summaries cache: an append after a torn last entry writes over it, and
+    /// damaged entries are skipped, not believed.
+    #[test]
+    fn a_torn_or_damaged_summary_entry_is_written_over_or_skipped() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let fs = Fs::real();
+        let sums = Summaries::new(tmp.path());
+        sums.append(&fs, &summary(0));
+        let mut b = std::fs::read(&sums.path).expect("read");
+        b.extend_from_slice(&[0xAB; 30]);
+        std::fs::write(&sums.path, &b).expect("write");
+        sums.append(&fs, &summary(3));
+        assert_eq!(std::fs::metadata(&sums.path).expect("meta").len(), 128);
+        let got = sums.read(&fs);
+        assert_eq!(got.get(&0), Some(&summary(0)));
+        assert_eq!(got.get(&3), Some(&summary(3)));
+        let mut b = std::fs::read(&sums.path).expect("read");
+        b[64 + 20] ^= 1;
+        std::fs::write(&sums.path, &b).expect("write");
+        let got = sums.read(&fs);
+        assert_eq!((got.len(), got.get(&0)), (1, Some(&summary(0))));
     }
 
     /// A reader that looked a segment up just before retention deleted it (its file closed

@@ -926,7 +926,9 @@ pub(crate) enum Known {
 }
 
 /// `same_boot`: the files were last written in this boot (see `TopicLog::open`), so no
-/// power cut can have lost a part of them and a full scan is not needed.
+/// power cut can have lost a part of them and a full scan is not needed. `cached`: the
+/// segment's entry in the sealed-summaries cache, trusted like its footer.
+#[expect(clippy::too_many_arguments, reason = "open's view of one segment")]
 pub(crate) fn wholeness(
     fs: &Fs,
     path: &Path,
@@ -935,13 +937,15 @@ pub(crate) fn wholeness(
     max_body: usize,
     interval: u64,
     same_boot: bool,
+    cached: Option<&SegmentSummary>,
 ) -> Result<Whole> {
     let file = fs.open(path)?;
     let len = file.len()?;
     check_header(&file, base)?;
     let index_path = path.with_extension("idx");
     let p = Probe::new(fs, &file, &index_path, base, len, interval, max_body);
-    if let Some(s) = p.trusted_footer()? {
+    let cached = cached.filter(|s| s.base == base && s.bytes == len).copied();
+    if let Some(s) = cached.map_or_else(|| p.trusted_footer(), |s| Ok(Some(s)))? {
         return Ok(if s.next == next {
             Whole::Yes(Known::Footer(s))
         } else {
