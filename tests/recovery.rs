@@ -361,6 +361,9 @@ async fn indexed_template(tmp: &Path) -> (Options, PathBuf) {
 }
 
 fn rewrite_indexes(dir: &Path, f: impl Fn(&Path, Vec<u8>) -> Option<Vec<u8>>) -> usize {
+    // Without the sealed-summaries cache, as a directory from an older build has none:
+    // open then reads (and checks) every footer these tests change.
+    let _ = std::fs::remove_file(topic_dir(dir, "t").join("sealed.sum"));
     let mut n = 0;
     for entry in std::fs::read_dir(topic_dir(dir, "t")).expect("dir") {
         let p = entry.expect("entry").path();
@@ -447,6 +450,10 @@ async fn any_single_byte_damage_to_a_sealed_index_is_harmless() {
         let dir = tmp.path().join(format!("idx-{at}"));
         copy_dir(&template, &dir);
         flip_byte(&index_path(&dir, 0), at);
+        if at % 2 == 0 {
+            // Half without the sealed-summaries cache: open then reads the damaged footer.
+            std::fs::remove_file(topic_dir(&dir, "t").join("sealed.sum")).expect("cache");
+        }
         let o = Options {
             data_source: dir.clone(),
             ..opts.clone()
@@ -674,12 +681,15 @@ async fn a_segment_lost_while_being_synced_cuts_the_log_back_to_it() {
     }
 }
 
+/// One entry of `sealed.sum`: an index footer (64 bytes) and the data file's identity.
+const SUMMARY_ENTRY: usize = 80;
+
 /// Bases of the segments `sealed.sum` (the sealed-summaries cache) holds an entry for.
 fn cached_summary_bases(dir: &Path) -> Vec<u64> {
     let Ok(b) = std::fs::read(topic_dir(dir, "t").join("sealed.sum")) else {
         return Vec::new();
     };
-    b.chunks_exact(64)
+    b.chunks_exact(SUMMARY_ENTRY)
         .map(|e| u64::from_le_bytes(e[8..16].try_into().expect("8 bytes")))
         .collect()
 }
@@ -718,13 +728,62 @@ fn drop_cached_summary(dir: &Path, base: u64) {
     let path = topic_dir(dir, "t").join("sealed.sum");
     let b = std::fs::read(&path).expect("sealed.sum");
     let kept: Vec<u8> = b
-        .chunks_exact(64)
+        .chunks_exact(SUMMARY_ENTRY)
         .filter(|e| u64::from_le_bytes(e[8..16].try_into().expect("8 bytes")) != base)
         .flatten()
         .copied()
         .collect();
     assert!(kept.len() < b.len(), "an entry for {base}");
     std::fs::write(&path, kept).expect("write");
+}
+
+/// A cache entry holds only for the data file it was written for: segments deleted and
+/// written again to the same bases and lengths behind the cache's back (an older build's
+/// cut-back after a downgrade, a restore) get their own summaries, not the old ones'
+/// (found by review: with the old timestamps, retention by age deleted the new records).
+#[tokio::test]
+async fn a_cache_entry_is_not_believed_for_a_segment_written_anew() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (opts, template) = indexed_template(tmp.path()).await;
+    let dir = tmp.path().join("rewritten");
+    copy_dir(&template, &dir);
+    let stale = std::fs::read(topic_dir(&dir, "t").join("sealed.sum")).expect("cache");
+    let files = segment_files(&dir, "t");
+    let second = common_core::base_of(&files[1]);
+    for f in &files[1..] {
+        std::fs::remove_file(f).expect("rm log");
+        let _ = std::fs::remove_file(f.with_extension("idx"));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    let o = opts_for(&dir, &opts);
+    let mq = open(&o);
+    for i in second..40 {
+        assert_eq!(
+            mq.publish("t", payload(i, PAYLOAD), &Headers::new())
+                .await
+                .expect("publish"),
+            i
+        );
+    }
+    mq.close().await.expect("close");
+    assert_eq!(
+        segment_files(&dir, "t").len(),
+        files.len(),
+        "the same bases again"
+    );
+    std::fs::write(topic_dir(&dir, "t").join("sealed.sum"), &stale).expect("stale cache");
+    let mq = open(&Options {
+        retention_ms: 2000,
+        ..o
+    });
+    mq.apply_retention().expect("retention");
+    let info = mq.topic_info("t").expect("info");
+    assert_eq!(
+        (info.earliest, info.next),
+        (second, 40),
+        "only the old first segment is older than 2 s"
+    );
+    mq.close().await.expect("close");
 }
 
 fn opts_for(dir: &Path, opts: &Options) -> Options {

@@ -34,8 +34,8 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     fn open_or_create(&self, path: &Path) -> std::io::Result<Arc<dyn FileIo>>;
     /// Deleting a missing file is not an error.
     fn remove_file(&self, path: &Path) -> std::io::Result<()>;
-    /// A file's length, without opening it.
-    fn file_len(&self, path: &Path) -> std::io::Result<u64>;
+    /// A file's length and identity, without opening it.
+    fn file_stat(&self, path: &Path) -> std::io::Result<FileStat>;
     /// Renames a file (atomically replacing `to`); durable after `sync_dir`.
     fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()>;
     fn list_dir(&self, dir: &Path) -> std::io::Result<Vec<String>>;
@@ -52,6 +52,16 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     /// a copy or a restored image). `None` when that cannot be told: then recovery never
     /// relies on it.
     fn boot_mark(&self, dir: &Path) -> Option<String>;
+}
+
+/// What `Backend::file_stat` tells of a file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileStat {
+    pub len: u64,
+    /// Changes when the file is made anew or written (inode number and modification time
+    /// on a real file system): the same path and length with another identity is another
+    /// file, or the same one changed.
+    pub identity: [u64; 2],
 }
 
 /// A shared handle on a [`Backend`], with errors that name the file.
@@ -109,8 +119,12 @@ impl Fs {
     }
 
     pub fn file_len(&self, path: &Path) -> Result<u64> {
+        Ok(self.file_stat(path)?.len)
+    }
+
+    pub fn file_stat(&self, path: &Path) -> Result<FileStat> {
         self.0
-            .file_len(path)
+            .file_stat(path)
             .ctx(|| format!("reading the size of {}", path.display()))
     }
 
@@ -277,8 +291,16 @@ impl Backend for RealFs {
             r => r,
         }
     }
-    fn file_len(&self, path: &Path) -> std::io::Result<u64> {
-        Ok(std::fs::metadata(path)?.len())
+    fn file_stat(&self, path: &Path) -> std::io::Result<FileStat> {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(path)?;
+        let mtime = (m.mtime() as u64)
+            .wrapping_mul(1_000_000_000)
+            .wrapping_add(m.mtime_nsec() as u64);
+        Ok(FileStat {
+            len: m.len(),
+            identity: [m.ino(), mtime],
+        })
     }
     fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
         std::fs::rename(from, to)

@@ -389,13 +389,18 @@ impl Backend for SimFs {
         Ok(())
     }
 
-    fn file_len(&self, path: &Path) -> std::io::Result<u64> {
+    fn file_stat(&self, path: &Path) -> std::io::Result<super::FileStat> {
         let mut s = self.lock();
         let id = *s
             .names
             .get(path)
             .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"))?;
-        Ok(s.file(id)?.live.len() as u64)
+        // A file made anew has a new id (sealed segments, the only files compared by
+        // identity, are not written again).
+        Ok(super::FileStat {
+            len: s.file(id)?.live.len() as u64,
+            identity: [id, 0],
+        })
     }
 
     fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {

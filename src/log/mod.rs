@@ -18,7 +18,7 @@ use crate::format::segment::{
     FLAG_FOLLOWS_UNSYNCED, FLAG_SPARE, FOOTER_LEN, INDEX_ENTRY_LEN, IndexEntry, SEGMENT_HEADER_LEN,
     SegmentSummary, decode_footer, encode_entry, encode_footer,
 };
-use crate::io::{DataFile, Fs};
+use crate::io::{DataFile, FileStat, Fs};
 pub use segment::MESSAGE_ID_HEADER;
 use segment::{Poison, Segment, read_lock, wants_entry, write_lock};
 
@@ -127,12 +127,14 @@ pub struct LogReader {
     cfg: LogConfig,
 }
 
-/// `SUMMARIES_FILE`: an index footer's 64 bytes per sealed segment, appended after its
-/// footer (so after its data was synced: an entry vouches for a segment as its footer
-/// does). Open takes a sealed segment's summary from here when the entry's length is the
-/// data file's (one read per topic, a `statx` per segment), instead of opening and reading
-/// each segment's index. Deleted (with the directory sync) before open cuts the log back,
-/// so a base written again later cannot meet an older incarnation's entry.
+/// `SUMMARIES_FILE`: per sealed segment, its index footer's 64 bytes and its data file's
+/// identity (`FileStat::identity`), appended after the footer (so after the data was
+/// synced: an entry vouches for a segment as its footer does). Open takes a sealed
+/// segment's summary from here when the data file's length and identity are the entry's
+/// (one read per topic, a `statx` per segment), instead of opening and reading each
+/// segment's index. A file made anew (a cut-back's bases written again, by this build or
+/// an older one, a restore, a repair) has another identity, so an older incarnation's
+/// entry is never believed; open also deletes the file before it cuts the log back.
 #[derive(Debug)]
 struct Summaries {
     path: PathBuf,
@@ -140,9 +142,50 @@ struct Summaries {
     lock: Mutex<()>,
 }
 
+/// One entry of `SUMMARIES_FILE`.
+const SUMMARY_LEN: usize = FOOTER_LEN + 16;
+
 /// Entries the cache may hold beyond the log's sealed segments (retention leaves them)
 /// before open rewrites it.
 const SUMMARIES_STALE_MAX: usize = 64;
+
+/// A sealed segment's summary as the cache holds it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Cached {
+    summary: SegmentSummary,
+    identity: [u64; 2],
+}
+
+impl Cached {
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&encode_footer(&[], &self.summary));
+        for v in self.identity {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+    }
+
+    /// `None` unless the footer's crc holds (a torn identity only fails to match).
+    fn decode(e: &[u8]) -> Option<Cached> {
+        let footer = decode_footer(e.get(..FOOTER_LEN)?).filter(|f| f.summary_checked)?;
+        let word = |i: usize| {
+            let at = FOOTER_LEN + 8 * i;
+            e.get(at..at + 8)
+                .and_then(|b| b.try_into().ok())
+                .map(u64::from_le_bytes)
+        };
+        Some(Cached {
+            summary: footer.summary,
+            identity: [word(0)?, word(1)?],
+        })
+    }
+
+    /// The summary, if `stat` is of the data file it describes (the same length and
+    /// identity).
+    fn for_file(&self, stat: Option<&FileStat>) -> Option<SegmentSummary> {
+        let stat = stat?;
+        (stat.len == self.summary.bytes && stat.identity == self.identity).then_some(self.summary)
+    }
+}
 
 impl Summaries {
     fn new(dir: &Path) -> Summaries {
@@ -154,32 +197,38 @@ impl Summaries {
 
     /// The entries that hold up (crc), by base; the last one of a base wins. Missing,
     /// unreadable or oversized: none (the footers are read instead).
-    fn read(&self, fs: &Fs) -> std::collections::HashMap<u64, SegmentSummary> {
+    fn read(&self, fs: &Fs) -> std::collections::HashMap<u64, Cached> {
         let mut out = std::collections::HashMap::new();
         let Ok(f) = fs.open(&self.path) else {
             return out;
         };
         // Far more than any log's segments: a damaged length is not allocated.
-        const MAX_BYTES: u64 = (FOOTER_LEN as u64) << 20;
+        const MAX_BYTES: u64 = (SUMMARY_LEN as u64) << 20;
         let bytes = match f.len() {
             Ok(len) if len <= MAX_BYTES => f.read_all().unwrap_or_default(),
             _ => return out,
         };
-        for entry in bytes.chunks_exact(FOOTER_LEN) {
-            if let Some(footer) = decode_footer(entry).filter(|f| f.summary_checked) {
-                out.insert(footer.summary.base, footer.summary);
-            }
+        for c in bytes.chunks_exact(SUMMARY_LEN).filter_map(Cached::decode) {
+            out.insert(c.summary.base, c);
         }
         out
     }
 
-    /// Appends `s` (over a torn last entry, if a crash left one). A failure only costs
-    /// the next open the footer read.
-    fn append(&self, fs: &Fs, s: &SegmentSummary) {
+    /// Appends the summary of the sealed segment whose data file is `path` (over a torn
+    /// last entry, if a crash left one). A failure only costs the next open the footer
+    /// read.
+    fn append(&self, fs: &Fs, s: &SegmentSummary, path: &Path) {
         let _one = self.lock.lock().unwrap_or_else(|e| e.into_inner());
-        let written = fs.open_or_create(&self.path).and_then(|f| {
+        let written = fs.file_stat(path).and_then(|stat| {
+            let mut entry = Vec::with_capacity(SUMMARY_LEN);
+            Cached {
+                summary: *s,
+                identity: stat.identity,
+            }
+            .encode(&mut entry);
+            let f = fs.open_or_create(&self.path)?;
             let len = f.len()?;
-            f.write_all_at(&encode_footer(&[], s), len - len % FOOTER_LEN as u64)
+            f.write_all_at(&entry, len - len % SUMMARY_LEN as u64)
         });
         if let Err(e) = written {
             tracing::warn!(error = %e, "could not append to the sealed summaries");
@@ -187,11 +236,11 @@ impl Summaries {
     }
 
     /// Replaces the file with `all`.
-    fn rewrite(&self, fs: &Fs, all: &[SegmentSummary]) {
+    fn rewrite(&self, fs: &Fs, all: &[Cached]) {
         let _one = self.lock.lock().unwrap_or_else(|e| e.into_inner());
-        let mut bytes = Vec::with_capacity(all.len() * FOOTER_LEN);
-        for s in all {
-            bytes.extend_from_slice(&encode_footer(&[], s));
+        let mut bytes = Vec::with_capacity(all.len() * SUMMARY_LEN);
+        for c in all {
+            c.encode(&mut bytes);
         }
         let written = fs.open_or_create(&self.path).and_then(|f| {
             f.write_all_at(&bytes, 0)?;
@@ -325,7 +374,10 @@ impl TopicLog {
                     // Sealed inline (`Always`/`Interval`) the segment is read whole and
                     // synced in this open anyway: the full check costs nothing more there.
                     same_boot && cfg.seal_in_background,
-                    cached.get(&prev),
+                    cached
+                        .get(&prev)
+                        .and_then(|c| c.for_file(fs.file_stat(&prev_path).ok().as_ref()))
+                        .as_ref(),
                 )? {
                     segment::Whole::Yes(k) => {
                         known.insert(prev, k);
@@ -367,6 +419,8 @@ impl TopicLog {
             }
         }
         let mut segments: Vec<Arc<Segment>> = Vec::with_capacity(bases.len().max(1));
+        // The sealed segments' data files as the loop found them (for the cache).
+        let mut stats: Vec<Option<FileStat>> = Vec::with_capacity(bases.len());
         for (i, &base) in bases.iter().enumerate() {
             let path = dir.join(segment::segment_file_name(base));
             let seg = if i + 1 == bases.len() {
@@ -382,12 +436,12 @@ impl TopicLog {
                     !same_boot,
                 )?
             } else {
+                let stat = fs.file_stat(&path).ok();
                 let k = known.remove(&base).or_else(|| {
-                    cached
-                        .get(&base)
-                        .filter(|s| fs.file_len(&path).is_ok_and(|len| len == s.bytes))
-                        .map(|s| segment::Known::Footer(*s))
+                    let s = cached.get(&base)?.for_file(stat.as_ref())?;
+                    Some(segment::Known::Footer(s))
                 });
+                stats.push(stat);
                 Segment::open_sealed(fs, path, base, cfg.max_body, interval, poison.clone(), k)?
             };
             if let Some(prev) = segments.last()
@@ -427,14 +481,23 @@ impl TopicLog {
             .filter(|s| !s.is_sealed())
             .cloned()
             .collect();
-        // Sealed segments the cache lacks (a log from before it, lost appends) or many
-        // entries retention left behind: rewritten (before any sealing thread appends).
-        let sealed: Vec<SegmentSummary> = segments[..segments.len() - 1]
+        // Sealed segments the cache lacks (a log from before it, lost appends, files made
+        // anew) or many entries retention left behind: rewritten (before any sealing
+        // thread appends), with what was checked at this open.
+        let sealed: Vec<Cached> = segments
             .iter()
-            .filter(|s| s.is_sealed())
-            .map(|s| s.summary())
+            .zip(&stats)
+            .filter(|(s, _)| s.is_sealed() && s.summary_trusted())
+            .filter_map(|(s, stat)| {
+                Some(Cached {
+                    summary: s.summary(),
+                    identity: stat.as_ref()?.identity,
+                })
+            })
             .collect();
-        let lacking = sealed.iter().any(|s| cached.get(&s.base) != Some(s));
+        let lacking = sealed
+            .iter()
+            .any(|c| cached.get(&c.summary.base) != Some(c));
         if lacking || cached.len() > sealed.len() + SUMMARIES_STALE_MAX {
             summaries.rewrite(fs, &sealed);
         }
@@ -892,7 +955,7 @@ fn seal(fs: &Fs, seg: &Segment, interval: u64, summaries: &Summaries) -> Result<
     let entries = seg.index(interval)?;
     segment::write_sealed_index(fs, &seg.index_path, &entries, &s)?;
     seg.mark_sealed();
-    summaries.append(fs, &s);
+    summaries.append(fs, &s, &seg.path);
     Ok(())
 }
 
@@ -1345,27 +1408,45 @@ mod tests {
         }
     }
 
-    /// The sealed-summaries cache: an append after a torn last entry writes over it, and
-    /// damaged entries are skipped, not believed.
+    /// The sealed-summaries cache: an append after a torn last entry writes over it,
+    /// damaged entries are skipped, and an entry is believed only for the data file it was
+    /// written for (the same length and identity: not for a file made anew).
     #[test]
-    fn a_torn_or_damaged_summary_entry_is_written_over_or_skipped() {
+    fn summary_entries_hold_only_for_their_own_file() {
         let tmp = tempfile::tempdir().expect("tempdir");
         let fs = Fs::real();
+        let data = tmp.path().join("data.log");
+        std::fs::write(&data, [1u8; 500]).expect("data");
         let sums = Summaries::new(tmp.path());
-        sums.append(&fs, &summary(0));
+        sums.append(&fs, &summary(0), &data);
         let mut b = std::fs::read(&sums.path).expect("read");
         b.extend_from_slice(&[0xAB; 30]);
         std::fs::write(&sums.path, &b).expect("write");
-        sums.append(&fs, &summary(3));
-        assert_eq!(std::fs::metadata(&sums.path).expect("meta").len(), 128);
+        sums.append(&fs, &summary(3), &data);
+        let len = SUMMARY_LEN as u64;
+        assert_eq!(std::fs::metadata(&sums.path).expect("meta").len(), 2 * len);
+        let stat = fs.file_stat(&data).ok();
         let got = sums.read(&fs);
-        assert_eq!(got.get(&0), Some(&summary(0)));
-        assert_eq!(got.get(&3), Some(&summary(3)));
+        assert_eq!(got[&0].for_file(stat.as_ref()), Some(summary(0)));
+        assert_eq!(got[&3].for_file(stat.as_ref()), Some(summary(3)));
+        // The same path and length, made anew: another file.
+        std::fs::remove_file(&data).expect("rm");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let hold = tmp.path().join("hold");
+        std::fs::write(&hold, b"keeps the old inode number from coming back").expect("hold");
+        std::fs::write(&data, [2u8; 500]).expect("data again");
+        let again = fs.file_stat(&data).ok();
+        assert_eq!(again.map(|s| s.len), Some(500));
+        assert_eq!(
+            got[&0].for_file(again.as_ref()),
+            None,
+            "an older incarnation's entry"
+        );
         let mut b = std::fs::read(&sums.path).expect("read");
-        b[64 + 20] ^= 1;
+        b[SUMMARY_LEN + 20] ^= 1;
         std::fs::write(&sums.path, &b).expect("write");
         let got = sums.read(&fs);
-        assert_eq!((got.len(), got.get(&0)), (1, Some(&summary(0))));
+        assert_eq!((got.len(), got.contains_key(&0)), (1, true));
     }
 
     /// A reader that looked a segment up just before retention deleted it (its file closed

@@ -68,6 +68,8 @@ pub struct Segment {
     sealed: AtomicBool,
     /// Opened from its index's ends (`Known::Indexed`): not read whole yet (`check_whole`).
     unchecked: AtomicBool,
+    /// Its summary is a damaged segment's footer kept for want of better: never cached.
+    doubtful: AtomicBool,
     /// Bytes known durable (everything below was covered by a completed sync).
     synced: AtomicU64,
     max_body: usize,
@@ -304,6 +306,7 @@ impl Segment {
                     fs, path, index_path, None, base, s, true, max_body, poison,
                 );
                 seg.index_loaded.store(false, Ordering::Release);
+                seg.doubtful.store(true, Ordering::Release);
                 return Ok(seg);
             }
             return Err(Error::corrupt(
@@ -432,6 +435,7 @@ impl Segment {
             id_count: AtomicU64::new(s.id_count),
             sealed: AtomicBool::new(sealed),
             unchecked: AtomicBool::new(false),
+            doubtful: AtomicBool::new(false),
             // What recovery found on disk may not be durable yet (an unsynced tail).
             synced: AtomicU64::new(if sealed {
                 s.bytes
@@ -646,6 +650,12 @@ impl Segment {
             .unwrap_or_else(|e| e.into_inner())
             .ahead
             .is_empty()
+    }
+
+    /// Whether its summary was checked (a crc'd footer, the records, or a cache entry of
+    /// one), not a damaged segment's footer kept as it was.
+    pub(crate) fn summary_trusted(&self) -> bool {
+        !self.doubtful.load(Ordering::Acquire)
     }
 
     /// Retention took the segment out of the log and deletes its files.
