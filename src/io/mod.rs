@@ -118,10 +118,6 @@ impl Fs {
             .ctx(|| format!("deleting {}", path.display()))
     }
 
-    pub fn file_len(&self, path: &Path) -> Result<u64> {
-        Ok(self.file_stat(path)?.len)
-    }
-
     pub fn file_stat(&self, path: &Path) -> Result<FileStat> {
         self.0
             .file_stat(path)

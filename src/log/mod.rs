@@ -181,8 +181,7 @@ impl Cached {
 
     /// The summary, if `stat` is of the data file it describes (the same length and
     /// identity).
-    fn for_file(&self, stat: Option<&FileStat>) -> Option<SegmentSummary> {
-        let stat = stat?;
+    fn for_file(&self, stat: &FileStat) -> Option<SegmentSummary> {
         (stat.len == self.summary.bytes && stat.identity == self.identity).then_some(self.summary)
     }
 }
@@ -374,9 +373,9 @@ impl TopicLog {
                     // Sealed inline (`Always`/`Interval`) the segment is read whole and
                     // synced in this open anyway: the full check costs nothing more there.
                     same_boot && cfg.seal_in_background,
-                    cached
-                        .get(&prev)
-                        .and_then(|c| c.for_file(fs.file_stat(&prev_path).ok().as_ref()))
+                    fs.file_stat(&prev_path)
+                        .ok()
+                        .and_then(|stat| cached.get(&prev)?.for_file(&stat))
                         .as_ref(),
                 )? {
                     segment::Whole::Yes(k) => {
@@ -420,7 +419,7 @@ impl TopicLog {
         }
         let mut segments: Vec<Arc<Segment>> = Vec::with_capacity(bases.len().max(1));
         // The sealed segments' data files as the loop found them (for the cache).
-        let mut stats: Vec<Option<FileStat>> = Vec::with_capacity(bases.len());
+        let mut stats: Vec<FileStat> = Vec::with_capacity(bases.len());
         for (i, &base) in bases.iter().enumerate() {
             let path = dir.join(segment::segment_file_name(base));
             let seg = if i + 1 == bases.len() {
@@ -436,13 +435,23 @@ impl TopicLog {
                     !same_boot,
                 )?
             } else {
-                let stat = fs.file_stat(&path).ok();
+                // One `statx` serves the cache, the footer check and the cache's rewrite.
+                let stat = fs.file_stat(&path)?;
                 let k = known.remove(&base).or_else(|| {
-                    let s = cached.get(&base)?.for_file(stat.as_ref())?;
+                    let s = cached.get(&base)?.for_file(&stat)?;
                     Some(segment::Known::Footer(s))
                 });
                 stats.push(stat);
-                Segment::open_sealed(fs, path, base, cfg.max_body, interval, poison.clone(), k)?
+                Segment::open_sealed(
+                    fs,
+                    path,
+                    base,
+                    stat.len,
+                    cfg.max_body,
+                    interval,
+                    poison.clone(),
+                    k,
+                )?
             };
             if let Some(prev) = segments.last()
                 && prev.next() != base
@@ -488,11 +497,9 @@ impl TopicLog {
             .iter()
             .zip(&stats)
             .filter(|(s, _)| s.is_sealed() && s.summary_trusted())
-            .filter_map(|(s, stat)| {
-                Some(Cached {
-                    summary: s.summary(),
-                    identity: stat.as_ref()?.identity,
-                })
+            .map(|(s, stat)| Cached {
+                summary: s.summary(),
+                identity: stat.identity,
             })
             .collect();
         let lacking = sealed
@@ -1425,20 +1432,20 @@ mod tests {
         sums.append(&fs, &summary(3), &data);
         let len = SUMMARY_LEN as u64;
         assert_eq!(std::fs::metadata(&sums.path).expect("meta").len(), 2 * len);
-        let stat = fs.file_stat(&data).ok();
+        let stat = fs.file_stat(&data).expect("stat");
         let got = sums.read(&fs);
-        assert_eq!(got[&0].for_file(stat.as_ref()), Some(summary(0)));
-        assert_eq!(got[&3].for_file(stat.as_ref()), Some(summary(3)));
+        assert_eq!(got[&0].for_file(&stat), Some(summary(0)));
+        assert_eq!(got[&3].for_file(&stat), Some(summary(3)));
         // The same path and length, made anew: another file.
         std::fs::remove_file(&data).expect("rm");
         std::thread::sleep(std::time::Duration::from_millis(20));
         let hold = tmp.path().join("hold");
         std::fs::write(&hold, b"keeps the old inode number from coming back").expect("hold");
         std::fs::write(&data, [2u8; 500]).expect("data again");
-        let again = fs.file_stat(&data).ok();
-        assert_eq!(again.map(|s| s.len), Some(500));
+        let again = fs.file_stat(&data).expect("stat");
+        assert_eq!(again.len, 500);
         assert_eq!(
-            got[&0].for_file(again.as_ref()),
+            got[&0].for_file(&again),
             None,
             "an older incarnation's entry"
         );

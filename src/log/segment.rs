@@ -233,10 +233,13 @@ impl Segment {
     /// and the few records after the last one (never a whole scan). Falls back to a full
     /// scan, which also rewrites the index, when the footer is missing or disagrees.
     /// `known`: what `wholeness` already found out about it (not read or scanned again).
+    /// `len`: the data file's length, as the caller's `statx` found it.
+    #[expect(clippy::too_many_arguments, reason = "open's view of one segment")]
     pub(crate) fn open_sealed(
         fs: &Fs,
         path: PathBuf,
         base: u64,
+        len: u64,
         max_body: usize,
         interval: u64,
         poison: Poison,
@@ -248,7 +251,7 @@ impl Segment {
         // when first read.
         let trusted = match &known {
             Some(Known::Footer(s)) => Some(*s),
-            None => footer_for(fs, &index_path, base, fs.file_len(&path)?)?
+            None => footer_for(fs, &index_path, base, len)?
                 .and_then(|(s, unchecked)| matches!(unchecked, Unchecked::No).then_some(s)),
             Some(Known::Scan(_) | Known::Indexed(_)) => None,
         };
