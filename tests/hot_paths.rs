@@ -163,8 +163,8 @@ async fn an_auto_ack_consumer_reads_in_batches() {
     let per = (allocations() - before) as f64 / N as f64;
     eprintln!("allocations per message consumed with auto-ack: {per:.4}");
     // What is counted: a read per 1,024 records (its chunks and list) and a lease commit
-    // per ~2,000 hand-outs, a redb transaction of a few hundred allocations. A catalog
-    // commit per message would be hundreds per message.
+    // per 2,000-16,000 hand-outs (see `Group::lease_for`), a redb transaction of a few
+    // hundred allocations. A catalog commit per message would be hundreds per message.
     assert!(per < 0.5, "auto-ack consume: {per} allocations per message");
     drop(c);
     mq.close().await.expect("close");

@@ -20,8 +20,23 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crate::catalog::{AttemptRecord, GroupRecord};
 use crate::format::record::Record;
 
-/// Records handed out under one durable lease commit.
+/// Records handed out under one durable lease commit, at first.
 pub const LEASE_RECORDS: u64 = 4096;
+
+/// The most a lease grows to (see [`Group::lease_step`]): a crash's careful window
+/// (`careful_until`) is at most about this much above the durable cursor.
+pub const LEASE_RECORDS_MAX: u64 = 8 * LEASE_RECORDS;
+
+/// What a hand-out needs from the group's lease first (see [`Group::lease_for`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lease {
+    /// Commit an image carrying this lease and wait for it before handing out.
+    Wait(u64),
+    /// Hand out now; commit an image carrying this (larger) lease without waiting.
+    Extend(u64),
+    /// The hand-out is below the durable lease and far from its end.
+    Covered,
+}
 
 /// Set in [`Lent::next`] when the group takes its records back.
 pub const LENT_TAKEN_BACK: u64 = 1 << 63;
@@ -58,6 +73,15 @@ pub struct Group {
     /// The lease known durable: offsets below it may be handed out. Raised by the catalog
     /// commit that carried it (from the committer thread, hence atomic).
     pub lease_durable: Arc<AtomicU64>,
+    /// The lease the last extension made without waiting asked for: while `lease_durable`
+    /// is below it, that commit is still under way.
+    pub lease_requested: u64,
+    /// Records one lease extension covers: doubled (up to [`LEASE_RECORDS_MAX`]) whenever
+    /// hand-outs catch up with an extension still being committed. A consumer faster than
+    /// the catalog's commits would otherwise be held to half a lease per commit (measured:
+    /// 4.5-8.5 M msg/s with 4,096, 8.0-8.5 M with 32,768). In memory only: every open
+    /// starts small again, and a slow consumer never pays a larger careful window.
+    pub lease_step: u64,
     /// After an unclean stop: hand-outs below this are committed first (exact crash blame).
     pub careful_until: u64,
     pub max_in_flight: usize,
@@ -117,6 +141,8 @@ impl Group {
             lease_end: r.lease_end.max(r.cursor),
             // A new group's lease is in no catalog yet; a stored one is durable.
             lease_durable: Arc::new(AtomicU64::new(r.lease_end)),
+            lease_requested: 0,
+            lease_step: LEASE_RECORDS,
             careful_until: 0,
             max_in_flight: 1,
             dirty: false,
@@ -150,6 +176,36 @@ impl Group {
     }
 
     /// How far the ack floor may trail the read position: bounds `done_above`.
+    /// What handing out `offset` (outside careful mode) needs from the lease. Grows the
+    /// lease's step when hand-outs have caught up with an extension still being committed.
+    pub fn lease_for(&mut self, offset: u64) -> Lease {
+        let durable = self.lease_durable.load(Ordering::Acquire);
+        // The last extension made without waiting has not landed yet.
+        let outran = durable < self.lease_requested;
+        if offset >= durable {
+            if outran {
+                self.grow_lease_step();
+            }
+            Lease::Wait(self.lease_end.max(offset + self.lease_step))
+        } else if offset + self.lease_step / 2 >= self.lease_end {
+            if outran {
+                self.grow_lease_step();
+            }
+            // Half a lease ahead of need, so the commit usually lands before it is needed.
+            let lease_end = offset + self.lease_step;
+            self.lease_end = lease_end;
+            self.lease_requested = lease_end;
+            Lease::Extend(lease_end)
+        } else {
+            Lease::Covered
+        }
+    }
+
+    fn grow_lease_step(&mut self) {
+        self.lease_step = (self.lease_step * 2).min(LEASE_RECORDS_MAX);
+        debug_assert!(self.lease_step.is_power_of_two() && self.lease_step >= LEASE_RECORDS);
+    }
+
     pub fn span_max(&self) -> u64 {
         (self.max_in_flight as u64).saturating_mul(4).max(1024)
     }
@@ -422,6 +478,72 @@ impl Group {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Hands out `offsets` the way the engine does, with extensions landing when `lands`
+    /// says (a `Wait` always lands, with every extension committed before it); checks
+    /// that each hand-out is below the durable lease. Returns the steps seen at each `Wait`.
+    fn hand_out_all(
+        g: &mut Group,
+        offsets: std::ops::Range<u64>,
+        lands: impl Fn(u64) -> bool,
+    ) -> Vec<u64> {
+        let mut waits = Vec::new();
+        for offset in offsets {
+            match g.lease_for(offset) {
+                Lease::Wait(end) => {
+                    g.lease_end = end;
+                    g.lease_durable.fetch_max(end, Ordering::AcqRel);
+                    waits.push(g.lease_step);
+                }
+                Lease::Extend(end) if lands(offset) => {
+                    g.lease_durable.fetch_max(end, Ordering::AcqRel);
+                }
+                Lease::Extend(_) | Lease::Covered => {}
+            }
+            let durable = g.lease_durable.load(Ordering::Acquire);
+            assert!(
+                offset < durable,
+                "{offset} handed out at durable lease {durable}"
+            );
+            assert!(g.lease_end >= durable);
+        }
+        waits
+    }
+
+    #[test]
+    fn the_lease_stays_small_while_its_commits_keep_up() {
+        let mut g = Group::new(0);
+        let waits = hand_out_all(&mut g, 0..20 * LEASE_RECORDS, |_| true);
+        // Only the first hand-out waits; every extension landed before it was needed.
+        assert_eq!(waits, vec![LEASE_RECORDS]);
+        assert_eq!(g.lease_step, LEASE_RECORDS);
+        assert!(g.lease_end <= 20 * LEASE_RECORDS + LEASE_RECORDS);
+    }
+
+    #[test]
+    fn the_lease_grows_while_hand_outs_outrun_its_commits_up_to_its_bound() {
+        let mut g = Group::new(0);
+        // No extension lands on its own: each time hand-outs reach the durable lease they
+        // wait, and the lease doubles, until it stops at its bound.
+        let waits = hand_out_all(&mut g, 0..40 * LEASE_RECORDS, |_| false);
+        assert_eq!(
+            &waits[..4],
+            &[
+                LEASE_RECORDS,
+                2 * LEASE_RECORDS,
+                4 * LEASE_RECORDS,
+                LEASE_RECORDS_MAX
+            ]
+        );
+        assert!(waits.iter().all(|&w| w <= LEASE_RECORDS_MAX));
+        assert_eq!(g.lease_step, LEASE_RECORDS_MAX);
+        // The careful window a crash would leave stays bounded by the largest lease.
+        assert!(g.lease_end <= 40 * LEASE_RECORDS + LEASE_RECORDS_MAX);
+        // Once commits keep up again it stays where it is (in memory until the next open).
+        let waits = hand_out_all(&mut g, 40 * LEASE_RECORDS..80 * LEASE_RECORDS, |_| true);
+        assert!(waits.len() <= 1, "{waits:?}");
+        assert_eq!(g.lease_step, LEASE_RECORDS_MAX);
+    }
 
     #[test]
     fn cut_back_forgets_everything_at_or_past_the_new_log_end() {

@@ -30,7 +30,7 @@ use crate::options::{
     Options,
 };
 use dedup::Dedup;
-use group::{Group, LEASE_RECORDS};
+use group::{Group, Lease};
 
 /// Header names added to a dead-letter copy.
 pub const X_ORIGINAL_TOPIC: &str = "x-original-topic";
@@ -257,6 +257,16 @@ fn group_ops(topic: &str, group: &str, g: &mut Group) -> Vec<Op> {
     ops.push(Op::PutGroup(topic.to_owned(), group.to_owned(), rec, seq));
     g.dirty = false;
     ops
+}
+
+/// Finishes `ticket`'s offset in memory if the ticket still holds it (an ack).
+fn finish_held(g: &mut Group, ticket: Ticket) -> bool {
+    let held = g.holds(ticket.offset, ticket.epoch, ticket.token);
+    if held {
+        g.in_flight.remove(&ticket.offset);
+        g.finish(ticket.offset);
+    }
+    held
 }
 
 /// Lets the catalog's committer take a group's image itself, once per commit, for the
@@ -743,12 +753,33 @@ impl Engine {
         ack_previous: Option<Ticket>,
         lend: bool,
     ) -> Result<Option<Handout>> {
-        let t = &r.topic;
         let mut g = r.group.lock();
+        // A careful auto-ack (after an unclean stop) is committed, so that a crash does
+        // not blame a record already finished; the next careful hand-out's commit carries
+        // it, so careful mode costs one commit per record, not two.
+        let mut owed = false;
         if let Some(prev) = ack_previous {
-            self.ack_locked(r, &mut g, prev, false)?;
+            owed = finish_held(&mut g, prev) && prev.offset < g.careful_until;
         }
-        self.clamp(t, &r.name, &mut g);
+        let handout = self.hand_out_next(r, &mut g, lend, &mut owed);
+        if owed {
+            let ops = group_ops(&r.topic.name, &r.name, &mut g);
+            self.catalog.commit(&ops)?;
+        }
+        handout
+    }
+
+    /// The hand-out half of [`Engine::next_delivery`]. Clears `owed` when a commit it
+    /// made carried the group's image (and so the ack before it).
+    fn hand_out_next(
+        &self,
+        r: &GroupRef,
+        g: &mut Group,
+        lend: bool,
+        owed: &mut bool,
+    ) -> Result<Option<Handout>> {
+        let t = &r.topic;
+        self.clamp(t, &r.name, g);
         let log_next = t.reader.next();
         let Some(offset) = g.next_offset(log_next) else {
             return Ok(None);
@@ -773,36 +804,45 @@ impl Engine {
         };
         // Make sure a crash while this delivery is out can be blamed on it (see group.rs).
         let careful = offset < g.careful_until;
-        if careful || offset >= g.lease_durable.load(Ordering::Acquire) {
-            let (mut rec, seq) = g.snapshot();
-            if careful {
-                rec.in_flight.push(offset);
-            } else {
-                rec.lease_end = rec.lease_end.max(offset + LEASE_RECORDS);
-            }
-            let lease_end = rec.lease_end;
-            self.catalog
-                .commit(&[Op::PutGroup(t.name.clone(), r.name.to_string(), rec, seq)])?;
-            g.lease_end = lease_end;
-            g.lease_durable.fetch_max(lease_end, Ordering::AcqRel);
-            if g.stale_attempts.is_empty() {
+        let lease = if careful {
+            Lease::Wait(g.lease_end)
+        } else {
+            g.lease_for(offset)
+        };
+        match lease {
+            Lease::Wait(lease_end) => {
+                let mut ops: Vec<Op> = g
+                    .stale_attempts
+                    .drain(..)
+                    .map(|o| Op::DeleteAttempt(t.name.clone(), r.name.to_string(), o))
+                    .collect();
+                let (mut rec, seq) = g.snapshot();
+                if careful {
+                    rec.in_flight.push(offset);
+                }
+                rec.lease_end = lease_end;
+                ops.push(Op::PutGroup(t.name.clone(), r.name.to_string(), rec, seq));
+                self.catalog.commit(&ops)?;
+                *owed = false;
+                g.lease_end = lease_end;
+                g.lease_durable.fetch_max(lease_end, Ordering::AcqRel);
                 g.dirty = false;
             }
-        } else if offset + LEASE_RECORDS / 2 >= g.lease_end {
-            // Extend the lease ahead of need, without waiting: hand-outs go on below the
-            // durable lease meanwhile, and every later image carries the new one.
-            let lease_end = offset + LEASE_RECORDS;
-            g.lease_end = lease_end;
-            let (rec, seq) = g.snapshot();
-            let durable = g.lease_durable.clone();
-            self.catalog.commit_then(
-                vec![Op::PutGroup(t.name.clone(), r.name.to_string(), rec, seq)],
-                Box::new(move |result| {
-                    if result.is_ok() {
-                        durable.fetch_max(lease_end, Ordering::AcqRel);
-                    }
-                }),
-            );
+            Lease::Extend(lease_end) => {
+                // Without waiting: hand-outs go on below the durable lease meanwhile, and
+                // every later image carries the new one.
+                let (rec, seq) = g.snapshot();
+                let durable = g.lease_durable.clone();
+                self.catalog.commit_then(
+                    vec![Op::PutGroup(t.name.clone(), r.name.to_string(), rec, seq)],
+                    Box::new(move |result| {
+                        if result.is_ok() {
+                            durable.fetch_max(lease_end, Ordering::AcqRel);
+                        }
+                    }),
+                );
+            }
+            Lease::Covered => {}
         }
         if lend && fresh && !careful && g.redeliver.is_empty() {
             // Contiguous fresh records, within the lease (a crash can be blamed), the span
@@ -877,20 +917,14 @@ impl Engine {
         ticket: Ticket,
         durable: bool,
     ) -> Result<Option<u64>> {
-        let Ticket {
-            offset,
-            epoch,
-            token,
-        } = ticket;
-        if !g.holds(offset, epoch, token) {
+        let offset = ticket.offset;
+        if !finish_held(g, ticket) {
             return if durable {
                 Err(Error::StaleDelivery { offset })
             } else {
                 Ok(None)
             };
         }
-        g.in_flight.remove(&offset);
-        g.finish(offset);
         match durable {
             // The committer takes the group's image when it writes: one for all the acks
             // queued meanwhile (taken after this one was applied, so it includes it).
@@ -1436,6 +1470,7 @@ fn rebuild_dedup(reader: &LogReader, dedup: &mut Dedup, window: usize) -> Result
 mod tests {
     use super::*;
     use crate::catalog::GroupRecord;
+    use group::LEASE_RECORDS;
 
     /// Every hand-out is below the lease the catalog holds at that moment, also while the
     /// lease is extended ahead of need without waiting (so a crash can always be blamed).
@@ -1473,6 +1508,78 @@ mod tests {
             });
         }
         assert_eq!(lent_seen, 0, "nothing is lent unless asked");
+        e.close().expect("close");
+    }
+
+    /// After an unclean stop, a careful auto-ack hand-out is one catalog commit: the
+    /// hand-out's commit carries the ack before it (two commits per record made a crashed
+    /// fast consumer's careful window twice as slow to get through).
+    #[test]
+    fn a_careful_auto_ack_hand_out_costs_one_commit() {
+        let fs = crate::io::sim::SimFs::new(7);
+        let open = |fs: &crate::io::sim::SimFs| {
+            let mut o = Options::new("/data");
+            o.sync = crate::SyncPolicy::None;
+            Engine::open(Fs::new(Arc::new(fs.clone())), o, 1).expect("open")
+        };
+        let e = open(&fs);
+        let body = [1u8; 8];
+        let h = Headers::new();
+        let batch: Vec<(&[u8], &Headers)> = (0..30).map(|_| (&body[..], &h)).collect();
+        e.publish("t", &batch, 1).expect("publish");
+        e.sync_all().expect("sync");
+        let r = e.register_consumer("t", "g", 1, 1).expect("consumer");
+        let take = |e: &Engine, r: &GroupRef, previous: Option<Ticket>| {
+            let h = e.next_delivery(r, previous, false).expect("hand-out");
+            let h = h.expect("a record");
+            Ticket {
+                offset: h.record.offset,
+                epoch: h.epoch,
+                token: h.token,
+            }
+        };
+        let mut previous = None;
+        for _ in 0..3 {
+            previous = Some(take(&e, &r, previous));
+        }
+        let crashed = fs.process_crash_now();
+        drop(r);
+        drop(e);
+
+        let e = open(&crashed);
+        let r = e.register_consumer("t", "g", 1, 1).expect("consumer");
+        let syncs = || crashed.sync_points().len();
+        let before = syncs();
+        e.catalog.commit(&[Op::SetClean(false)]).expect("commit");
+        let per_commit = syncs() - before;
+        assert!(per_commit > 0);
+        let before = syncs();
+        let mut previous = None;
+        let k = 10;
+        for _ in 0..k {
+            let t = take(&e, &r, previous);
+            assert!(t.offset < r.group.lock().careful_until, "careful hand-outs");
+            previous = Some(t);
+        }
+        assert_eq!(
+            (syncs() - before) / per_commit,
+            k,
+            "one commit per careful hand-out (its ack included)"
+        );
+        // The last ack, with no hand-out after it to carry it, is committed on its own.
+        while let Some(h) = e.next_delivery(&r, previous, false).expect("hand-out") {
+            previous = Some(Ticket {
+                offset: h.record.offset,
+                epoch: h.epoch,
+                token: h.token,
+            });
+        }
+        let g = e.catalog.groups().expect("groups")[&("t".to_owned(), "g".to_owned())].clone();
+        assert_eq!(
+            (g.cursor, g.in_flight),
+            (30, vec![]),
+            "the last ack is durable"
+        );
         e.close().expect("close");
     }
 
