@@ -57,6 +57,9 @@ pub struct SimFs {
     /// While `true`, syncs wait (`hold_syncs`): a disk whose flush takes as long as a test
     /// needs. Not part of the state a crash image copies.
     held: Arc<(Mutex<bool>, std::sync::Condvar)>,
+    /// Writes, syncs and truncations of the file at this path fail (`fail_writes_to`).
+    /// Not part of the state a crash image copies either.
+    failing: Arc<Mutex<Option<PathBuf>>>,
 }
 
 impl SimFs {
@@ -77,6 +80,23 @@ impl SimFs {
         let (lock, cv) = &*self.held;
         *lock.lock().unwrap_or_else(|e| e.into_inner()) = hold;
         cv.notify_all();
+    }
+
+    /// From now on (until `None`), writes, syncs and truncations of the file named `path`
+    /// fail with an I/O error: a disk going bad under one file.
+    pub fn fail_writes_to(&self, path: Option<&Path>) {
+        *self.failing.lock().unwrap_or_else(|e| e.into_inner()) = path.map(Path::to_path_buf);
+    }
+
+    /// The error `fail_writes_to` injects, if file `id` is the failing one.
+    fn injected(&self, s: &State, id: u64) -> std::io::Result<()> {
+        let failing = self.failing.lock().unwrap_or_else(|e| e.into_inner());
+        match failing.as_deref().and_then(|p| s.names.get(p)) {
+            Some(&f) if f == id => Err(std::io::Error::other(
+                "injected I/O error (SimFs::fail_writes_to)",
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// Syncs waiting in `hold_syncs` now.
@@ -124,6 +144,7 @@ impl SimFs {
         Some(SimFs {
             state: Arc::new(Mutex::new(*image)),
             held: Arc::default(),
+            failing: Arc::default(),
         })
     }
 
@@ -134,6 +155,7 @@ impl SimFs {
         SimFs {
             state: Arc::new(Mutex::new(image)),
             held: Arc::default(),
+            failing: Arc::default(),
         }
     }
 
@@ -160,6 +182,7 @@ impl SimFs {
         SimFs {
             state: Arc::new(Mutex::new(copy)),
             held: Arc::default(),
+            failing: Arc::default(),
         }
     }
 
@@ -311,6 +334,7 @@ impl FileIo for SimHandle {
 
     fn write_all_at(&self, buf: &[u8], pos: u64) -> std::io::Result<()> {
         let mut s = self.fs.lock();
+        self.fs.injected(&s, self.id)?;
         s.tick();
         let f = s.file(self.id)?;
         write_into(&mut f.live, pos, buf);
@@ -321,6 +345,7 @@ impl FileIo for SimHandle {
     fn sync_data(&self) -> std::io::Result<()> {
         self.fs.wait_while_held();
         let mut s = self.fs.lock();
+        self.fs.injected(&s, self.id)?;
         s.tick();
         let op = s.ops;
         s.sync_ops.push(op);
@@ -332,6 +357,7 @@ impl FileIo for SimHandle {
 
     fn set_len(&self, len: u64) -> std::io::Result<()> {
         let mut s = self.fs.lock();
+        self.fs.injected(&s, self.id)?;
         s.tick();
         let f = s.file(self.id)?;
         f.live.resize(len as usize, 0);

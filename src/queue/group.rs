@@ -79,8 +79,9 @@ pub struct Group {
     /// Records one lease extension covers: doubled (up to [`LEASE_RECORDS_MAX`]) whenever
     /// hand-outs catch up with an extension still being committed. A consumer faster than
     /// the catalog's commits would otherwise be held to half a lease per commit (measured:
-    /// 4.5-8.5 M msg/s with 4,096, 8.0-8.5 M with 32,768). In memory only: every open
-    /// starts small again, and a slow consumer never pays a larger careful window.
+    /// 4.5-8.5 M msg/s with 4,096, 8.0-8.5 M with 32,768). Never shrinks until the next
+    /// open (which starts at 4,096 again): a group that never outran the catalog keeps a
+    /// careful window of at most 4,096 past the lease's last extension.
     pub lease_step: u64,
     /// After an unclean stop: hand-outs below this are committed first (exact crash blame).
     pub careful_until: u64,
@@ -175,7 +176,6 @@ impl Group {
         }
     }
 
-    /// How far the ack floor may trail the read position: bounds `done_above`.
     /// What handing out `offset` (outside careful mode) needs from the lease. Grows the
     /// lease's step when hand-outs have caught up with an extension still being committed.
     pub fn lease_for(&mut self, offset: u64) -> Lease {
@@ -206,6 +206,7 @@ impl Group {
         debug_assert!(self.lease_step.is_power_of_two() && self.lease_step >= LEASE_RECORDS);
     }
 
+    /// How far the ack floor may trail the read position: bounds `done_above`.
     pub fn span_max(&self) -> u64 {
         (self.max_in_flight as u64).saturating_mul(4).max(1024)
     }

@@ -769,8 +769,8 @@ impl Engine {
         handout
     }
 
-    /// The hand-out half of [`Engine::next_delivery`]. Clears `owed` when a commit it
-    /// made carried the group's image (and so the ack before it).
+    /// The hand-out half of [`Engine::next_delivery`]. Settles `owed` (commits the
+    /// group's image, and so the ack before it) before it hands anything out.
     fn hand_out_next(
         &self,
         r: &GroupRef,
@@ -811,10 +811,11 @@ impl Engine {
         };
         match lease {
             Lease::Wait(lease_end) => {
+                // Attempt rows are forgotten only once their deletion is durable.
                 let mut ops: Vec<Op> = g
                     .stale_attempts
-                    .drain(..)
-                    .map(|o| Op::DeleteAttempt(t.name.clone(), r.name.to_string(), o))
+                    .iter()
+                    .map(|&o| Op::DeleteAttempt(t.name.clone(), r.name.to_string(), o))
                     .collect();
                 let (mut rec, seq) = g.snapshot();
                 if careful {
@@ -823,6 +824,7 @@ impl Engine {
                 rec.lease_end = lease_end;
                 ops.push(Op::PutGroup(t.name.clone(), r.name.to_string(), rec, seq));
                 self.catalog.commit(&ops)?;
+                g.stale_attempts.clear();
                 *owed = false;
                 g.lease_end = lease_end;
                 g.lease_durable.fetch_max(lease_end, Ordering::AcqRel);
@@ -843,6 +845,11 @@ impl Engine {
                 );
             }
             Lease::Covered => {}
+        }
+        if std::mem::take(owed) {
+            // Before anything is handed out: a failed commit must leave nothing out.
+            let ops = group_ops(&t.name, &r.name, g);
+            self.catalog.commit(&ops)?;
         }
         if lend && fresh && !careful && g.redeliver.is_empty() {
             // Contiguous fresh records, within the lease (a crash can be blamed), the span
@@ -1581,6 +1588,58 @@ mod tests {
             "the last ack is durable"
         );
         e.close().expect("close");
+    }
+
+    /// A careful ack whose commit fails leaves nothing handed out: the commit runs before
+    /// the next record goes out, so an `Err` from `next_delivery` means no delivery was
+    /// made (found by review: a record in flight under a token nobody got is never
+    /// redelivered, and with `max_in_flight` 1 the group stops).
+    #[test]
+    fn a_failed_careful_ack_commit_hands_nothing_out() {
+        let fs = crate::io::sim::SimFs::new(11);
+        let open = |fs: &crate::io::sim::SimFs| {
+            let mut o = Options::new("/data");
+            o.sync = crate::SyncPolicy::None;
+            Engine::open(Fs::new(Arc::new(fs.clone())), o, 1).expect("open")
+        };
+        let e = open(&fs);
+        let body = [1u8; 8];
+        let h = Headers::new();
+        let batch: Vec<(&[u8], &Headers)> =
+            (0..LEASE_RECORDS + 20).map(|_| (&body[..], &h)).collect();
+        e.publish("t", &batch, 1).expect("publish");
+        e.sync_all().expect("sync");
+        let r = e.register_consumer("t", "g", 1, 1).expect("consumer");
+        let take = |e: &Engine, r: &GroupRef, previous: Option<Ticket>| {
+            let h = e.next_delivery(r, previous, false).expect("hand-out");
+            let h = h.expect("a record");
+            Ticket {
+                offset: h.record.offset,
+                epoch: h.epoch,
+                token: h.token,
+            }
+        };
+        take(&e, &r, None);
+        let crashed = fs.process_crash_now();
+        drop(r);
+        drop(e);
+
+        // Careful up to the old lease; two auto-ack consumers share the group.
+        let e = open(&crashed);
+        let r = e.register_consumer("t", "g", 2, 1).expect("consumer");
+        let careful_until = r.group.lock().careful_until;
+        let mut a = take(&e, &r, None);
+        while a.offset + 1 < careful_until {
+            a = take(&e, &r, Some(a));
+        }
+        // B takes the first offset past the careful window (a waiting lease commit), so
+        // A's next hand-out needs no commit of its own: only A's careful ack does.
+        let b = take(&e, &r, None);
+        assert_eq!(b.offset, careful_until);
+        crashed.fail_writes_to(Some(std::path::Path::new("/data/catalog.redb")));
+        assert!(e.next_delivery(&r, Some(a), false).is_err());
+        let out: Vec<u64> = r.group.lock().in_flight.keys().copied().collect();
+        assert_eq!(out, vec![b.offset], "the failed call handed nothing out");
     }
 
     fn grp_attempts(g: &Group) -> Vec<u64> {
