@@ -16,6 +16,7 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use crate::catalog::{AttemptRecord, GroupRecord};
 use crate::format::record::Record;
@@ -26,6 +27,11 @@ pub const LEASE_RECORDS: u64 = 4096;
 /// The most a lease grows to (see [`Group::lease_step`]): a crash's careful window
 /// (`careful_until`) is at most about this much above the durable cursor.
 pub const LEASE_RECORDS_MAX: u64 = 8 * LEASE_RECORDS;
+
+/// A lease that took this long to need its next extension is larger than its consumer
+/// needs: it halves (see [`Group::lease_step`]). Fifty times a catalog commit, so a
+/// consumer on the edge of outrunning the commits does not swing between two sizes.
+pub const LEASE_SHRINK_AFTER: Duration = Duration::from_millis(50);
 
 /// What a hand-out needs from the group's lease first (see [`Group::lease_for`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,10 +85,13 @@ pub struct Group {
     /// Records one lease extension covers: doubled (up to [`LEASE_RECORDS_MAX`]) whenever
     /// hand-outs catch up with an extension still being committed. A consumer faster than
     /// the catalog's commits would otherwise be held to half a lease per commit (measured:
-    /// 4.5-8.5 M msg/s with 4,096, 8.0-8.5 M with 32,768). Never shrinks until the next
-    /// open (which starts at 4,096 again): a group that never outran the catalog keeps a
-    /// careful window of at most 4,096 past the lease's last extension.
+    /// 4.5-8.5 M msg/s with 4,096, 8.0-8.5 M with 32,768). Halved (down to 4,096) when an
+    /// extension comes [`LEASE_SHRINK_AFTER`] or more after the last one, so a consumer
+    /// that was fast once (a backlog drained) and is slow now does not keep a large
+    /// careful window. In memory only: every open starts at 4,096.
     pub lease_step: u64,
+    /// When the lease was last extended without waiting.
+    pub lease_extended_at: Option<Instant>,
     /// After an unclean stop: hand-outs below this are committed first (exact crash blame).
     pub careful_until: u64,
     pub max_in_flight: usize,
@@ -144,6 +153,7 @@ impl Group {
             lease_durable: Arc::new(AtomicU64::new(r.lease_end)),
             lease_requested: 0,
             lease_step: LEASE_RECORDS,
+            lease_extended_at: None,
             careful_until: 0,
             max_in_flight: 1,
             dirty: false,
@@ -176,9 +186,10 @@ impl Group {
         }
     }
 
-    /// What handing out `offset` (outside careful mode) needs from the lease. Grows the
-    /// lease's step when hand-outs have caught up with an extension still being committed.
-    pub fn lease_for(&mut self, offset: u64) -> Lease {
+    /// What handing out `offset` (outside careful mode) at `now` needs from the lease.
+    /// Grows the lease's step when hand-outs have caught up with an extension still being
+    /// committed, shrinks it when they took long to need the next one.
+    pub fn lease_for(&mut self, offset: u64, now: Instant) -> Lease {
         let durable = self.lease_durable.load(Ordering::Acquire);
         // The last extension made without waiting has not landed yet.
         let outran = durable < self.lease_requested;
@@ -190,7 +201,13 @@ impl Group {
         } else if offset + self.lease_step / 2 >= self.lease_end {
             if outran {
                 self.grow_lease_step();
+            } else if self
+                .lease_extended_at
+                .is_some_and(|at| now.saturating_duration_since(at) >= LEASE_SHRINK_AFTER)
+            {
+                self.lease_step = (self.lease_step / 2).max(LEASE_RECORDS);
             }
+            self.lease_extended_at = Some(now);
             // Half a lease ahead of need, so the commit usually lands before it is needed.
             let lease_end = offset + self.lease_step;
             self.lease_end = lease_end;
@@ -488,9 +505,23 @@ mod tests {
         offsets: std::ops::Range<u64>,
         lands: impl Fn(u64) -> bool,
     ) -> Vec<u64> {
+        hand_out_timed(g, offsets, lands, Instant::now(), Duration::ZERO)
+    }
+
+    /// `hand_out_all` on a clock that reads `start` at the first hand-out and moves
+    /// `per_record` per hand-out.
+    fn hand_out_timed(
+        g: &mut Group,
+        offsets: std::ops::Range<u64>,
+        lands: impl Fn(u64) -> bool,
+        start: Instant,
+        per_record: Duration,
+    ) -> Vec<u64> {
+        let first = offsets.start;
         let mut waits = Vec::new();
         for offset in offsets {
-            match g.lease_for(offset) {
+            let now = start + per_record * u32::try_from(offset - first).expect("small");
+            match g.lease_for(offset, now) {
                 Lease::Wait(end) => {
                     g.lease_end = end;
                     g.lease_durable.fetch_max(end, Ordering::AcqRel);
@@ -509,6 +540,24 @@ mod tests {
             assert!(g.lease_end >= durable);
         }
         waits
+    }
+
+    #[test]
+    fn a_grown_lease_shrinks_back_once_its_consumer_is_slow() {
+        let mut g = Group::new(0);
+        let t0 = Instant::now();
+        let (l, never, always) = (LEASE_RECORDS, |_| false, |_| true);
+        hand_out_timed(&mut g, 0..40 * l, never, t0, Duration::ZERO);
+        assert_eq!(g.lease_step, LEASE_RECORDS_MAX);
+        // Still fast (1 µs a record: half a lease in ~16 ms): it keeps its size.
+        let fast = Duration::from_micros(1);
+        hand_out_timed(&mut g, 40 * l..80 * l, always, t0, fast);
+        assert_eq!(g.lease_step, LEASE_RECORDS_MAX);
+        // Slow (100 µs a record): each extension halves it, down to where it started.
+        let t1 = t0 + fast * u32::try_from(40 * l).expect("small");
+        let slow = Duration::from_micros(100);
+        hand_out_timed(&mut g, 80 * l..120 * l, always, t1, slow);
+        assert_eq!(g.lease_step, LEASE_RECORDS);
     }
 
     #[test]
