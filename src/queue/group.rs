@@ -5,8 +5,8 @@
 //!   `in_flight`, `redeliver` and `done_above`; `cursor` itself is never in `done_above`.
 //! - The cursor moves only over offsets that are acked or dead-lettered (no skipping),
 //!   except when retention deleted them (counted in `skipped`).
-//! - The catalog's `lease_end` is above every offset ever handed out, so after an unclean
-//!   stop the offsets that might have been out are bounded (`careful_until`): hand-outs
+//! - The catalog's `lease_end` is above every offset handed out since the group's last
+//!   reset (earlier deliveries are fenced by the epoch), so after an unclean stop the offsets that might have been out are bounded (`careful_until`): hand-outs
 //!   stay below `lease_durable`, which only a durable image raises, and every image
 //!   carries `lease_end >= lease_durable` (the lease is extended ahead of need, without
 //!   waiting, half a lease before it runs out).
@@ -452,6 +452,14 @@ impl Group {
     /// Resets to `to`: a new epoch, nothing out, no attempts.
     pub fn reset(&mut self, to: u64) {
         self.epoch += 1;
+        // Nothing handed out before the reset can be acked or blamed into the new state
+        // (the epoch fences it), so the lease starts over at `to`: otherwise a crash after
+        // a reset to Earliest made the whole replay up to the old lease careful (one
+        // commit per record). A new cell, so that an extension of the old lease still
+        // being committed raises that one, not this.
+        self.lease_end = to;
+        self.lease_durable = Arc::new(AtomicU64::new(to));
+        self.lease_requested = 0;
         self.cursor = to;
         self.read_pos = to;
         self.in_flight.clear();
