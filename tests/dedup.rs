@@ -601,3 +601,60 @@ async fn the_rebuild_over_many_segments_keeps_few_files_open() {
     );
     mq.close().await.expect("close");
 }
+
+/// A batch that fails at a segment roll after part of it reached the log (here the sealed
+/// segment's index write fails): the ids of that part are remembered, so the producer's
+/// retry appends each message once, and a reopen rebuilds the same window (found by
+/// review: the retry appended the first part a second time).
+#[tokio::test]
+async fn a_batch_failing_at_its_roll_then_retried_appends_each_message_once() {
+    use spool::testing::{SimFs, without_background_work};
+    use spool::{Options, SyncPolicy};
+    let with_id = |id: &str| {
+        let mut h = Headers::new();
+        h.insert("message-id".into(), id.into());
+        h
+    };
+    let fs = SimFs::new(7);
+    let mut o = Options::new("/data");
+    o.sync = SyncPolicy::Always;
+    o.segment_bytes = 1024;
+    o.index_interval_bytes = 128;
+    let o = without_background_work(o);
+    let mq = Spool::open_simulated(o.clone(), &fs).expect("open");
+    for i in 0..3 {
+        let h = with_id(&format!("pre-{i}"));
+        mq.publish("t", vec![b'x'; 200], &h).await.expect("publish");
+    }
+    // `a` fits in the first segment; `b` makes it roll.
+    let batch = vec![
+        (vec![b'a'; 10], with_id("a")),
+        (vec![b'b'; 500], with_id("b")),
+        (vec![b'c'; 10], with_id("c")),
+    ];
+    let idx = std::path::Path::new("/data/topics/t/00000000000000000000.idx");
+    fs.fail_writes_to(Some(idx));
+    assert!(mq.publish_batch("t", batch.clone()).await.is_err());
+    fs.fail_writes_to(None);
+    let offsets = mq.publish_batch("t", batch).await.expect("retry");
+    assert_eq!(
+        offsets,
+        vec![3, 4, 5],
+        "a kept its offset; b and c appended once"
+    );
+    let ids = |recs: Vec<spool::Record>| -> Vec<String> {
+        recs.iter()
+            .map(|r| r.headers().get("message-id").cloned().unwrap_or_default())
+            .collect()
+    };
+    let log = ids(mq.fetch("t", 0, 100).await.expect("fetch"));
+    assert_eq!(log, ["pre-0", "pre-1", "pre-2", "a", "b", "c"]);
+    let info = mq.topic_info("t").expect("info");
+    mq.close().await.expect("close");
+    let mq = Spool::open_simulated(o, &fs).expect("reopen");
+    assert_eq!(
+        mq.topic_info("t").expect("info").dedup_ids,
+        info.dedup_ids,
+        "the window a reopen rebuilds is the one before"
+    );
+}

@@ -921,8 +921,8 @@ impl TopicLog {
             tracing::info!(segment = %seg.path.display(), next = seg.next(), "retention deleted a segment");
             self.fs.remove_file(&seg.path)?;
             self.fs.remove_file(&seg.index_path)?;
-        }
-        if !removed.is_empty() {
+            // Durable before the next deletion, oldest first: a power cut must not keep a
+            // later segment's deletion and lose an earlier one's (open would find a gap).
             self.fs.sync_dir(&self.dir)?;
         }
         Ok(removed.len())

@@ -620,11 +620,18 @@ impl Engine {
             None => &appends[..],
         };
         if !appends.is_empty() {
-            let got = w.log.append(appends, now_ms)?;
-            debug_assert_eq!(got, first);
+            let appended = w.log.append(appends, now_ms);
+            // Every id whose record reached the log, also when the batch failed after a
+            // part of it did (a failed roll keeps the records before it): a retry must
+            // find them, and the window stays the one a reopen rebuilds from the log.
+            let next = w.log.next();
             for (id, o) in new_ids {
-                w.dedup.insert(id, o);
+                if o < next {
+                    w.dedup.insert(id, o);
+                }
             }
+            let got = appended?;
+            debug_assert_eq!(got, first);
         }
         Ok(Published {
             offsets: match one_offset {
@@ -1391,11 +1398,11 @@ impl Engine {
             }
             let removed =
                 w.log
-                    .apply_retention(now_ms, self.opts.retention_bytes, self.opts.retention_ms)?;
-            if removed > 0 {
-                let earliest = t.reader.earliest();
-                w.dedup.forget_below(earliest);
-            }
+                    .apply_retention(now_ms, self.opts.retention_bytes, self.opts.retention_ms);
+            // Also after a failed deletion: the segments left the log before it failed.
+            let earliest = t.reader.earliest();
+            w.dedup.forget_below(earliest);
+            removed?;
         }
         Ok(())
     }
