@@ -1527,42 +1527,51 @@ mod tests {
         e.close().expect("close");
     }
 
+    /// An engine on the simulated file system, `Sync=None` (unclean stops are copies of it).
+    fn sim_engine(fs: &crate::io::sim::SimFs) -> Engine {
+        let mut o = Options::new("/data");
+        o.sync = crate::SyncPolicy::None;
+        Engine::open(Fs::new(Arc::new(fs.clone())), o, 1).expect("open")
+    }
+
+    /// `n` records of 8 bytes on topic `t`.
+    fn publish_records(e: &Engine, n: u64) {
+        let body = [1u8; 8];
+        let h = Headers::new();
+        let batch: Vec<(&[u8], &Headers)> = (0..n).map(|_| (&body[..], &h)).collect();
+        e.publish("t", &batch, 1).expect("publish");
+    }
+
+    /// The next auto-ack hand-out (acking `previous`), which must exist.
+    fn hand_out(e: &Engine, r: &GroupRef, previous: Option<Ticket>) -> Ticket {
+        let h = e.next_delivery(r, previous, false).expect("hand-out");
+        let h = h.expect("a record");
+        Ticket {
+            offset: h.record.offset,
+            epoch: h.epoch,
+            token: h.token,
+        }
+    }
+
     /// After an unclean stop, a careful auto-ack hand-out is one catalog commit: the
     /// hand-out's commit carries the ack before it (two commits per record made a crashed
     /// fast consumer's careful window twice as slow to get through).
     #[test]
     fn a_careful_auto_ack_hand_out_costs_one_commit() {
         let fs = crate::io::sim::SimFs::new(7);
-        let open = |fs: &crate::io::sim::SimFs| {
-            let mut o = Options::new("/data");
-            o.sync = crate::SyncPolicy::None;
-            Engine::open(Fs::new(Arc::new(fs.clone())), o, 1).expect("open")
-        };
-        let e = open(&fs);
-        let body = [1u8; 8];
-        let h = Headers::new();
-        let batch: Vec<(&[u8], &Headers)> = (0..30).map(|_| (&body[..], &h)).collect();
-        e.publish("t", &batch, 1).expect("publish");
+        let e = sim_engine(&fs);
+        publish_records(&e, 30);
         e.sync_all().expect("sync");
         let r = e.register_consumer("t", "g", 1, 1).expect("consumer");
-        let take = |e: &Engine, r: &GroupRef, previous: Option<Ticket>| {
-            let h = e.next_delivery(r, previous, false).expect("hand-out");
-            let h = h.expect("a record");
-            Ticket {
-                offset: h.record.offset,
-                epoch: h.epoch,
-                token: h.token,
-            }
-        };
         let mut previous = None;
         for _ in 0..3 {
-            previous = Some(take(&e, &r, previous));
+            previous = Some(hand_out(&e, &r, previous));
         }
         let crashed = fs.process_crash_now();
         drop(r);
         drop(e);
 
-        let e = open(&crashed);
+        let e = sim_engine(&crashed);
         let r = e.register_consumer("t", "g", 1, 1).expect("consumer");
         let syncs = || crashed.sync_points().len();
         let before = syncs();
@@ -1573,7 +1582,7 @@ mod tests {
         let mut previous = None;
         let k = 10;
         for _ in 0..k {
-            let t = take(&e, &r, previous);
+            let t = hand_out(&e, &r, previous);
             assert!(t.offset < r.group.lock().careful_until, "careful hand-outs");
             previous = Some(t);
         }
@@ -1606,44 +1615,26 @@ mod tests {
     #[test]
     fn a_failed_careful_ack_commit_hands_nothing_out() {
         let fs = crate::io::sim::SimFs::new(11);
-        let open = |fs: &crate::io::sim::SimFs| {
-            let mut o = Options::new("/data");
-            o.sync = crate::SyncPolicy::None;
-            Engine::open(Fs::new(Arc::new(fs.clone())), o, 1).expect("open")
-        };
-        let e = open(&fs);
-        let body = [1u8; 8];
-        let h = Headers::new();
-        let batch: Vec<(&[u8], &Headers)> =
-            (0..LEASE_RECORDS + 20).map(|_| (&body[..], &h)).collect();
-        e.publish("t", &batch, 1).expect("publish");
+        let e = sim_engine(&fs);
+        publish_records(&e, LEASE_RECORDS + 20);
         e.sync_all().expect("sync");
         let r = e.register_consumer("t", "g", 1, 1).expect("consumer");
-        let take = |e: &Engine, r: &GroupRef, previous: Option<Ticket>| {
-            let h = e.next_delivery(r, previous, false).expect("hand-out");
-            let h = h.expect("a record");
-            Ticket {
-                offset: h.record.offset,
-                epoch: h.epoch,
-                token: h.token,
-            }
-        };
-        take(&e, &r, None);
+        hand_out(&e, &r, None);
         let crashed = fs.process_crash_now();
         drop(r);
         drop(e);
 
         // Careful up to the old lease; two auto-ack consumers share the group.
-        let e = open(&crashed);
+        let e = sim_engine(&crashed);
         let r = e.register_consumer("t", "g", 2, 1).expect("consumer");
         let careful_until = r.group.lock().careful_until;
-        let mut a = take(&e, &r, None);
+        let mut a = hand_out(&e, &r, None);
         while a.offset + 1 < careful_until {
-            a = take(&e, &r, Some(a));
+            a = hand_out(&e, &r, Some(a));
         }
         // B takes the first offset past the careful window (a waiting lease commit), so
         // A's next hand-out needs no commit of its own: only A's careful ack does.
-        let b = take(&e, &r, None);
+        let b = hand_out(&e, &r, None);
         assert_eq!(b.offset, careful_until);
         crashed.fail_writes_to(Some(std::path::Path::new("/data/catalog.redb")));
         assert!(e.next_delivery(&r, Some(a), false).is_err());
@@ -1658,30 +1649,15 @@ mod tests {
     #[test]
     fn a_lease_extension_carries_the_deletion_of_finished_attempt_rows() {
         let fs = crate::io::sim::SimFs::new(5);
-        let open = |fs: &crate::io::sim::SimFs| {
-            let mut o = Options::new("/data");
-            o.sync = crate::SyncPolicy::None;
-            Engine::open(Fs::new(Arc::new(fs.clone())), o, 1).expect("open")
-        };
-        let e = open(&fs);
-        let body = [1u8; 8];
-        let h = Headers::new();
-        let batch: Vec<(&[u8], &Headers)> = (0..3000).map(|_| (&body[..], &h)).collect();
-        e.publish("t", &batch, 1).expect("publish");
+        let e = sim_engine(&fs);
+        publish_records(&e, 3000);
         let r = e.register_consumer("t", "g", 1, 1).expect("consumer");
-        let ticket = |h: Handout| Ticket {
-            offset: h.record.offset,
-            epoch: h.epoch,
-            token: h.token,
-        };
-        let first = e.next_delivery(&r, None, false).expect("hand-out");
-        let first = ticket(first.expect("a record"));
+        let first = hand_out(&e, &r, None);
         e.nack_delivery(&r, first, "once", 1).expect("nack");
         // Redelivered, then auto-acked by the next hand-out; on past half the lease.
         let mut previous = None;
         for o in 0..2500 {
-            let h = e.next_delivery(&r, previous, false).expect("hand-out");
-            let t = ticket(h.expect("a record"));
+            let t = hand_out(&e, &r, previous);
             assert_eq!(t.offset, o);
             previous = Some(t);
         }
@@ -1690,7 +1666,7 @@ mod tests {
         let crashed = fs.process_crash_now();
         drop(r);
         drop(e);
-        let e = open(&crashed);
+        let e = sim_engine(&crashed);
         let info = e.group_info("t", "g").expect("info");
         assert!(info.cursor > 0);
         assert!(
