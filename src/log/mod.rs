@@ -1189,6 +1189,15 @@ mod tests {
         }
     }
 
+    /// A log of `n` records in `dir`, opened again: its sealed segments come from disk
+    /// (files closed, indexes unloaded) as after a restart.
+    fn reopened_log_in(dir: &Path, n: usize) -> TopicLog {
+        let mut log = log_in(dir);
+        append(&mut log, n);
+        drop(log);
+        log_in(dir)
+    }
+
     fn log_in(dir: &Path) -> TopicLog {
         let cfg = LogConfig {
             segment_bytes: 1024,
@@ -1261,10 +1270,7 @@ mod tests {
     #[test]
     fn a_time_lookup_racing_retention_looks_again() {
         let tmp = tempfile::tempdir().expect("tempdir");
-        let mut log = log_in(tmp.path());
-        append(&mut log, 40);
-        drop(log);
-        let mut log = log_in(tmp.path());
+        let mut log = reopened_log_in(tmp.path(), 40);
         let reader = log.reader().clone();
         let snapshot = reader.snapshot();
         assert!(log.apply_retention(0, 1, 0).expect("retention") > 0);
@@ -1382,10 +1388,7 @@ mod tests {
     #[test]
     fn a_sealed_file_cut_after_open_fails_the_read() {
         let tmp = tempfile::tempdir().expect("tempdir");
-        let mut log = log_in(tmp.path());
-        append(&mut log, 40);
-        drop(log);
-        let log = log_in(tmp.path());
+        let log = reopened_log_in(tmp.path(), 40);
         let first = tmp.path().join(segment::segment_file_name(0));
         let len = std::fs::metadata(&first).expect("meta").len();
         let f = std::fs::OpenOptions::new()
