@@ -186,10 +186,11 @@ impl Group {
         }
     }
 
-    /// What handing out `offset` (outside careful mode) at `now` needs from the lease.
-    /// Grows the lease's step when hand-outs have caught up with an extension still being
-    /// committed, shrinks it when they took long to need the next one.
-    pub fn lease_for(&mut self, offset: u64, now: Instant) -> Lease {
+    /// What handing out `offset` (outside careful mode) needs from the lease. Grows the
+    /// lease's step when hand-outs have caught up with an extension still being committed,
+    /// shrinks it when they took long to need the next one. `now` is asked only when the
+    /// lease is extended (not a clock read per hand-out).
+    pub fn lease_for(&mut self, offset: u64, now: impl FnOnce() -> Instant) -> Lease {
         let durable = self.lease_durable.load(Ordering::Acquire);
         // The last extension made without waiting has not landed yet.
         let outran = durable < self.lease_requested;
@@ -199,6 +200,7 @@ impl Group {
             }
             Lease::Wait(self.lease_end.max(offset + self.lease_step))
         } else if offset + self.lease_step / 2 >= self.lease_end {
+            let now = now();
             if outran {
                 self.grow_lease_step();
             } else if self
@@ -529,7 +531,7 @@ mod tests {
         let mut waits = Vec::new();
         for offset in offsets {
             let now = start + per_record * u32::try_from(offset - first).expect("small");
-            match g.lease_for(offset, now) {
+            match g.lease_for(offset, || now) {
                 Lease::Wait(end) => {
                     g.lease_end = end;
                     g.lease_durable.fetch_max(end, Ordering::AcqRel);

@@ -815,7 +815,7 @@ impl Engine {
         let lease = if careful {
             Lease::Wait(g.lease_end)
         } else {
-            g.lease_for(offset, std::time::Instant::now())
+            g.lease_for(offset, std::time::Instant::now)
         };
         match lease {
             Lease::Wait(lease_end) => {
