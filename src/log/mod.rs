@@ -272,9 +272,9 @@ pub struct TopicLog {
     /// The index entries of the batch being appended (kept: no allocation per append).
     entries: Vec<IndexEntry>,
     poison: Poison,
-    /// Background sealings of the last segments (`seal_in_background`), oldest first; at
-    /// most `MAX_SEALING`, so only that many segments before the active one can be unsynced.
-    sealing: std::collections::VecDeque<std::thread::JoinHandle<Result<()>>>,
+    /// Background sealings (`seal_in_background`) by segment base, oldest first: only of
+    /// the `MAX_SEALING` segments before the active one, the only ones that can be unsynced.
+    sealing: std::collections::VecDeque<(u64, std::thread::JoinHandle<Result<()>>)>,
     /// The spare file the next roll renames into a segment (`seal_in_background`), being
     /// made on a thread; a roll that finds it unfinished creates the segment itself.
     spare: Option<std::thread::JoinHandle<Result<DataFile>>>,
@@ -744,8 +744,17 @@ impl TopicLog {
     /// Seals the active segment (trimmed to its records, synced, index footer written;
     /// with `seal_in_background` the sync and index on a thread) and starts a new one.
     fn roll(&mut self, now_ms: u64) -> Result<()> {
-        // Recovery checks only the `MAX_SEALING` segments before the active one.
-        while self.sealing.len() >= MAX_SEALING {
+        // Recovery checks only the `MAX_SEALING` segments before the active one, so none
+        // older may still be unsynced when the next is created. Counting is not enough:
+        // sealings finish out of order, and a reopened process may have one pending for an
+        // older segment than the sealed ones after it (a killed process's leftover).
+        let keep_from = {
+            let segs = read_lock(&self.reader.segments);
+            segs[segs.len().saturating_sub(MAX_SEALING)].base
+        };
+        while let Some(&(oldest, _)) = self.sealing.front()
+            && (self.sealing.len() >= MAX_SEALING || oldest < keep_from)
+        {
             self.finish_oldest_sealing()?;
         }
         self.active.with_file(|f| f.set_len(self.active.end()))?;
@@ -828,7 +837,10 @@ impl TopicLog {
             .name("spool-seal".into())
             .spawn(job)
         {
-            Ok(h) => self.sealing.push_back(h),
+            Ok(h) => {
+                debug_assert!(self.sealing.back().is_none_or(|&(b, _)| b < seg.base));
+                self.sealing.push_back((seg.base, h));
+            }
             // No thread: seal here; the segment is no less sealed for it.
             Err(_) => seal_after(
                 &self.fs,
@@ -861,7 +873,7 @@ impl TopicLog {
     }
 
     fn finish_oldest_sealing(&mut self) -> Result<()> {
-        let Some(h) = self.sealing.pop_front() else {
+        let Some((_, h)) = self.sealing.pop_front() else {
             return Ok(());
         };
         let r = h.join().unwrap_or_else(|_| {
@@ -1527,5 +1539,83 @@ mod tests {
             .filter(|s| s.holds_read_ahead())
             .count();
         assert!(holding > 0 && holding <= OPEN_SEALED_MAX + 1, "{holding}");
+    }
+    /// Appends until the log has `segments` segments; `false` if an append failed first.
+    fn append_until_segments(log: &mut TopicLog, segments: usize) -> bool {
+        let headers = Headers::new();
+        while log.reader().snapshot().len() < segments {
+            let m = Append {
+                payload: &[7u8; 200],
+                headers: &headers,
+                headers_len: record::headers_len(&headers),
+            };
+            if log.append(&[m], 0).is_err() {
+                return false;
+            }
+        }
+        true
+    }
+
+    fn wait_for(what: &str, done: impl Fn() -> bool) {
+        let start = std::time::Instant::now();
+        while !done() {
+            assert!(start.elapsed().as_secs() < 30, "waited too long for {what}");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+
+    /// Sealing threads finish out of order: a killed process can leave segment B unsynced
+    /// behind a sealed C. The reopened process then has one sealing (B's) pending, and
+    /// rolling D and E must still wait for it: open after a power cut checks only the
+    /// `MAX_SEALING` segments before the active one, so E beside an unsynced B is a gap
+    /// it cannot repair (found as a rare `power_loss_none` failure: "gap in the log").
+    #[test]
+    fn a_roll_waits_for_an_older_sealing_a_killed_process_left_behind() {
+        use crate::io::sim::SimFs;
+        let cfg = LogConfig {
+            segment_bytes: 1024,
+            index_interval_bytes: 128,
+            max_body: 1 << 16,
+            preallocate: false,
+            seal_in_background: true,
+        };
+        let dir = Path::new("/t");
+        let fs = SimFs::new(3);
+        let mut log = TopicLog::open(&Fs::new(Arc::new(fs.clone())), dir, cfg, 0).expect("open");
+        assert!(append_until_segments(&mut log, 2));
+        log.finish_sealing().expect("A sealed");
+        wait_for("the spare file", || {
+            log.spare.as_ref().is_some_and(|h| h.is_finished())
+        });
+        // B's sealing cannot sync before its sync is made to fail.
+        fs.hold_syncs(true);
+        assert!(append_until_segments(&mut log, 3));
+        let b = log.reader().snapshot()[1].path.clone();
+        fs.fail_writes_to(Some(&b));
+        fs.hold_syncs(false);
+        assert!(append_until_segments(&mut log, 4));
+        let c = log.reader().snapshot()[2].clone();
+        wait_for("C sealed", || c.is_sealed());
+        let image = fs.process_crash_now();
+        drop(log);
+
+        // The same boot: B is found whole in the page cache, its sealing starts again (and
+        // fails again: still nothing of B reaches the disk).
+        image.fail_writes_to(Some(&b));
+        let mut log = TopicLog::open(&Fs::new(Arc::new(image.clone())), dir, cfg, 0)
+            .expect("reopen in the same boot");
+        let rolled_past = append_until_segments(&mut log, 5);
+        assert!(
+            !rolled_past,
+            "the roll to E waited for B's sealing and got its error"
+        );
+        for cut in 0..20 {
+            let after = image.crash_now();
+            let log = TopicLog::open(&Fs::new(Arc::new(after)), dir, cfg, 0)
+                .unwrap_or_else(|e| panic!("power cut {cut}: reopen failed: {e}"));
+            let records = log.reader().read(0, usize::MAX, usize::MAX).expect("read");
+            assert_eq!(records.len() as u64, log.next(), "power cut {cut}: dense");
+        }
+        drop(log);
     }
 }
