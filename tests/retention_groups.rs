@@ -194,3 +194,42 @@ async fn the_skip_is_logged() {
         "the log names the count: {text}"
     );
 }
+
+/// The nack that reaches the limit for a record retention deleted while it was out has
+/// nothing to copy: it is counted `skipped`, like every unfinished record retention took,
+/// not `dead_lettered`, its outcome says so, and the dead-letter topic stays empty.
+#[tokio::test]
+async fn a_last_nack_of_a_record_retention_took_counts_it_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    let mq = open(dir.path(), CONN);
+    fill(&mq, 60).await;
+    let mut c = common_groups::manual(&mq, TOPIC, GROUP, 1);
+    for _ in 1..5 {
+        let d = recv(&mut c).await;
+        assert_eq!(d.offset(), 0);
+        d.nack("bad").await.unwrap();
+    }
+    let d = recv(&mut c).await;
+    assert_eq!((d.offset(), d.attempt()), (0, 5));
+    mq.apply_retention().unwrap();
+    let earliest = mq.topic_info(TOPIC).unwrap().earliest;
+    assert!(
+        earliest > 0,
+        "retention took the record out for its last try"
+    );
+
+    let out = d.nack("still bad").await.unwrap();
+    assert!(!out.dead_lettered, "nothing was copied");
+    let info = mq.group_info(TOPIC, GROUP).unwrap();
+    assert_eq!(info.dead_lettered, 0);
+    let dlq = format!("{TOPIC}.dlq");
+    assert_eq!(mq.topic_info(&dlq).unwrap().next, 0, "no copy");
+    let d = recv(&mut c).await;
+    assert_eq!(d.offset(), earliest);
+    let info = mq.group_info(TOPIC, GROUP).unwrap();
+    assert_eq!(
+        (info.skipped, info.dead_lettered),
+        (earliest, 0),
+        "offset 0 and the rest below the earliest were skipped"
+    );
+}

@@ -414,6 +414,17 @@ impl Group {
         true
     }
 
+    /// Counts a record finished by the nack that reached the attempt limit: dead-lettered
+    /// if it was `copied`, else skipped (retention had deleted it: there was nothing to
+    /// copy, as for every unfinished record retention takes).
+    pub fn count_finished_past_limit(&mut self, copied: bool) {
+        if copied {
+            self.dead_lettered += 1;
+        } else {
+            self.skipped += 1;
+        }
+    }
+
     /// Marks `offset` (already taken out of `in_flight`/`redeliver`) as finished and
     /// advances the floor over every finished offset in a row.
     pub fn finish(&mut self, offset: u64) {

@@ -1089,16 +1089,19 @@ impl Engine {
         let dlq = self.dead_letter_topic(topic);
         if let Some(dlq) = dlq.filter(|_| attempts >= self.opts.max_delivery_attempts) {
             g.attempts.insert(offset, rec);
-            if let Err(e) = self.dead_letter(t, group, g, offset, &dlq, now_ms) {
-                if offset >= g.cursor && !g.done_above.contains(&offset) {
-                    // Not finished: it must stay deliverable.
-                    g.redeliver.insert(offset);
+            let copied = match self.dead_letter(t, group, g, offset, &dlq, now_ms) {
+                Ok(copied) => copied,
+                Err(e) => {
+                    if offset >= g.cursor && !g.done_above.contains(&offset) {
+                        // Not finished: it must stay deliverable.
+                        g.redeliver.insert(offset);
+                    }
+                    return Err(e);
                 }
-                return Err(e);
-            }
+            };
             return Ok(NackOutcome {
                 delivery_attempt: attempts,
-                dead_lettered: true,
+                dead_lettered: copied,
                 next_offset: g.cursor,
             });
         }
@@ -1131,7 +1134,10 @@ impl Engine {
 
     /// Copies `offset` to `dlq` and finishes it: intent (durable), copy (synced), then
     /// cursor move + intent removal in one commit. A stop anywhere in between is finished
-    /// by `finish_intents` on open without a second copy.
+    /// by `finish_intents` on open without a second copy. `false`: retention had deleted
+    /// the record, so it is finished as skipped, without a copy. (A retry after an I/O
+    /// error cannot add a second copy: a failed copy poisons the dead-letter topic and a
+    /// failed commit makes redb refuse every later one, until a reopen finishes the intent.)
     fn dead_letter(
         &self,
         t: &Topic,
@@ -1140,7 +1146,7 @@ impl Engine {
         offset: u64,
         dlq: &str,
         now_ms: u64,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let topic = t.name.as_str();
         let a = g.attempts.get(&offset).cloned().unwrap_or_default();
         let dlq_t = self.topic_or_create(dlq, now_ms)?;
@@ -1156,12 +1162,14 @@ impl Engine {
             Op::PutIntent(topic.to_owned(), group.to_owned(), offset, intent),
         ])?;
         crate::fault::hit("dead_letter.after_intent");
-        self.append_dead_letter_copy(t, group, offset, a.attempts, &a.last_reason, now_ms, dlq)?;
+        let copied = self
+            .append_dead_letter_copy(t, group, offset, a.attempts, &a.last_reason, now_ms, dlq)?
+            .is_some();
         crate::fault::hit("dead_letter.after_copy");
         g.redeliver.remove(&offset);
         g.in_flight.remove(&offset);
         g.finish(offset);
-        g.dead_lettered += 1;
+        g.count_finished_past_limit(copied);
         let mut ops = group_ops(topic, group, g);
         ops.push(Op::DeleteIntent(topic.to_owned(), group.to_owned(), offset));
         self.catalog.commit(&ops)?;
@@ -1171,9 +1179,10 @@ impl Engine {
             offset,
             dlq,
             attempts = a.attempts,
+            copied,
             "dead-lettered"
         );
-        Ok(())
+        Ok(copied)
     }
 
     #[expect(
@@ -1250,22 +1259,23 @@ impl Engine {
                 || intent.epoch != g.epoch
                 || offset >= t.reader.next();
             if !stale {
-                if !found {
-                    self.append_dead_letter_copy(
-                        &t,
-                        &group,
-                        offset,
-                        intent.attempts,
-                        &intent.reason,
-                        now_ms,
-                        &intent.dlq_topic,
-                    )?;
-                }
+                let copied = found
+                    || self
+                        .append_dead_letter_copy(
+                            &t,
+                            &group,
+                            offset,
+                            intent.attempts,
+                            &intent.reason,
+                            now_ms,
+                            &intent.dlq_topic,
+                        )?
+                        .is_some();
                 g.materialize_to(offset);
                 g.redeliver.remove(&offset);
                 g.in_flight.remove(&offset);
                 g.finish(offset);
-                g.dead_lettered += 1;
+                g.count_finished_past_limit(copied);
             }
             let mut ops = group_ops(&topic, &group, &mut g);
             ops.push(Op::DeleteIntent(topic.clone(), group.clone(), offset));
