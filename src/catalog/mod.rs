@@ -352,20 +352,20 @@ impl Catalog {
 
     /// Applies `ops` durably, waiting for the commit (which may cover other callers' ops).
     pub fn commit(&self, ops: &[Op]) -> Result<()> {
-        if ops.is_empty() {
-            return Ok(());
-        }
-        let (tx, rx) = mpsc::sync_channel(1);
-        self.commit_then(
-            ops.to_vec(),
-            Box::new(move |r| {
-                let _ = tx.send(r);
-            }),
-        );
-        match rx.recv() {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(detail)) => Err(cat_err("committing", detail)),
-            Err(_) => Err(cat_err("committing", "the catalog thread stopped")),
+        let mut q = self.queue();
+        q.push(ops.to_vec());
+        q.wait()
+    }
+
+    /// Change sets queued one at a time, each while its caller holds the lock that orders
+    /// it against other commits of the same state, and waited for together.
+    pub fn queue(&self) -> Queued<'_> {
+        let (tx, rx) = mpsc::channel();
+        Queued {
+            catalog: self,
+            tx,
+            rx,
+            count: 0,
         }
     }
 
@@ -528,6 +528,47 @@ fn run_committer(db: &Database, rx: &mpsc::Receiver<Msg>, acks: &AckWatch) {
         if waiting.is_empty() {
             acks.decide(noted, &carried.take().map_or(Ok(()), Err));
         }
+    }
+}
+
+/// See [`Catalog::queue`].
+pub struct Queued<'a> {
+    catalog: &'a Catalog,
+    tx: mpsc::Sender<std::result::Result<(), String>>,
+    rx: mpsc::Receiver<std::result::Result<(), String>>,
+    count: usize,
+}
+
+impl Queued<'_> {
+    /// Queues `ops` now: commits queued after this call are applied after them.
+    pub fn push(&mut self, ops: Vec<Op>) {
+        if ops.is_empty() {
+            return;
+        }
+        let tx = self.tx.clone();
+        self.catalog.commit_then(
+            ops,
+            Box::new(move |r| {
+                let _ = tx.send(r);
+            }),
+        );
+        self.count += 1;
+    }
+
+    /// Waits until everything pushed is durable; the first failure if any was not.
+    pub fn wait(self) -> Result<()> {
+        let mut result = Ok(());
+        for _ in 0..self.count {
+            let failed = match self.rx.recv() {
+                Ok(Ok(())) => continue,
+                Ok(Err(detail)) => cat_err("committing", detail),
+                Err(_) => cat_err("committing", "the catalog thread stopped"),
+            };
+            if result.is_ok() {
+                result = Err(failed);
+            }
+        }
+        result
     }
 }
 

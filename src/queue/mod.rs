@@ -1374,10 +1374,14 @@ impl Engine {
         })
     }
 
-    /// Persists every group whose memory is ahead of the catalog, in one commit.
+    /// Persists every group whose memory is ahead of the catalog (usually one transaction:
+    /// the committer takes what is queued together).
     /// `closing`: deliveries still out are released, not recorded as in flight.
     pub fn commit_groups(&self, closing: bool) -> Result<()> {
-        let mut ops = Vec::new();
+        // Each group's image queued under its lock: a change another thread commits after
+        // the lock is released must land after it (ops taken for all groups and queued at
+        // the end could undo a reset and a nack committed in between).
+        let mut queued = self.catalog.queue();
         for t in self.all_topics() {
             for (name, g) in t.groups_snapshot() {
                 let mut g = g.lock();
@@ -1389,11 +1393,11 @@ impl Engine {
                             g.redeliver.insert(o);
                         }
                     }
-                    ops.extend(group_ops(&t.name, &name, &mut g));
+                    queued.push(group_ops(&t.name, &name, &mut g));
                 }
             }
         }
-        self.catalog.commit(&ops)
+        queued.wait()
     }
 
     /// Applies retention to every topic; forgets de-duplication ids of deleted records.
@@ -1686,6 +1690,55 @@ mod tests {
             info.pending
         );
         e.close().expect("close");
+    }
+
+    /// The ticker's commit of dirty groups takes each group's ops under its lock but
+    /// queues them only after the last group: a reset and a nack of a group already
+    /// passed, committed meanwhile, must not be undone by its older ops (found by review:
+    /// an attempt-row deletion queued before a reset removed the row a nack after the
+    /// reset wrote, so after a crash the poison message got its attempts back).
+    #[test]
+    fn the_tickers_commit_does_not_undo_a_later_nack_of_a_group_it_passed() {
+        let fs = crate::io::sim::SimFs::new(13);
+        let e = Arc::new(sim_engine(&fs));
+        publish_records(&e, 10);
+        let r1 = e.register_consumer("t", "g1", 1, 1).expect("consumer");
+        let r2 = e.register_consumer("t", "g2", 1, 1).expect("consumer");
+        // Offset 0: nacked once, then redelivered and auto-acked by the next hand-out, so
+        // g1 is dirty with its attempt row to delete.
+        let first = hand_out(&e, &r1, None);
+        e.nack_delivery(&r1, first, "once", 1).expect("nack");
+        let again = hand_out(&e, &r1, None);
+        assert_eq!(again.offset, 0);
+        hand_out(&e, &r1, Some(again));
+        assert!(r1.group.lock().dirty);
+
+        // The ticker passes g1 and waits for g2's lock.
+        let g2 = r2.group.lock();
+        let ticker = {
+            let e = e.clone();
+            std::thread::spawn(move || e.commit_groups(false))
+        };
+        let start = std::time::Instant::now();
+        while r1.group.lock().dirty {
+            assert!(start.elapsed().as_secs() < 30, "the ticker never took g1");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        e.reset("t", "g1", crate::OffsetReset::Earliest)
+            .expect("reset");
+        let replay = hand_out(&e, &r1, None);
+        assert_eq!(replay.offset, 0);
+        e.nack_delivery(&r1, replay, "after the reset", 1)
+            .expect("nack");
+        drop(g2);
+        ticker.join().expect("ticker").expect("commit");
+
+        let rows = e.catalog.attempts("t", "g1").expect("attempts");
+        assert_eq!(
+            rows.get(&0).map(|a| a.attempts),
+            Some(1),
+            "the nack after the reset is durable"
+        );
     }
 
     fn grp_attempts(g: &Group) -> Vec<u64> {
