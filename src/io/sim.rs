@@ -60,6 +60,8 @@ pub struct SimFs {
     /// Writes, syncs and truncations of the file at this path fail (`fail_writes_to`).
     /// Not part of the state a crash image copies either.
     failing: Arc<Mutex<Option<PathBuf>>>,
+    /// Syncs of the file at this path wait while set (`hold_syncs_of`; a slow disk under one file).
+    held_file: Arc<Mutex<Option<PathBuf>>>,
 }
 
 impl SimFs {
@@ -96,6 +98,31 @@ impl SimFs {
                 "injected I/O error (SimFs::fail_writes_to)",
             )),
             _ => Ok(()),
+        }
+    }
+
+    /// Makes syncs of the file named `path` wait until `hold_syncs_of(None)` (a slow disk under one file).
+    pub fn hold_syncs_of(&self, path: Option<&Path>) {
+        let (lock, cv) = &*self.held;
+        let _g = lock.lock().unwrap_or_else(|e| e.into_inner());
+        *self.held_file.lock().unwrap_or_else(|e| e.into_inner()) = path.map(Path::to_path_buf);
+        cv.notify_all();
+    }
+
+    fn wait_while_file_held(&self, id: u64) {
+        let (lock, cv) = &*self.held;
+        let mut g = lock.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            let held = self
+                .held_file
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            let is_held = held.is_some_and(|p| self.lock().names.get(&p) == Some(&id));
+            if !is_held {
+                return;
+            }
+            g = cv.wait(g).unwrap_or_else(|e| e.into_inner());
         }
     }
 
@@ -145,6 +172,7 @@ impl SimFs {
             state: Arc::new(Mutex::new(*image)),
             held: Arc::default(),
             failing: Arc::default(),
+            held_file: Arc::default(),
         })
     }
 
@@ -156,6 +184,7 @@ impl SimFs {
             state: Arc::new(Mutex::new(image)),
             held: Arc::default(),
             failing: Arc::default(),
+            held_file: Arc::default(),
         }
     }
 
@@ -183,6 +212,7 @@ impl SimFs {
             state: Arc::new(Mutex::new(copy)),
             held: Arc::default(),
             failing: Arc::default(),
+            held_file: Arc::default(),
         }
     }
 
@@ -344,6 +374,7 @@ impl FileIo for SimHandle {
 
     fn sync_data(&self) -> std::io::Result<()> {
         self.fs.wait_while_held();
+        self.fs.wait_while_file_held(self.id);
         let mut s = self.fs.lock();
         self.fs.injected(&s, self.id)?;
         s.tick();

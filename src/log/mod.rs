@@ -379,6 +379,13 @@ impl TopicLog {
                         .as_ref(),
                 )? {
                     segment::Whole::Yes(k) => {
+                        // Sealed inline by this open (its footer rebuilt below): in the same
+                        // boot `next`'s real header may be in the page cache only (see the
+                        // background case at the end), so it is made durable first.
+                        if same_boot && matches!(k, segment::Known::Scan(_)) {
+                            fs.open(&next_path)?.sync_data()?;
+                            fs.sync_dir(dir)?;
+                        }
                         known.insert(prev, k);
                         None
                     }
@@ -485,10 +492,11 @@ impl TopicLog {
         let allocated = active.with_file(|f| f.len())?;
         let entries = active.index(interval)?;
         let last_entry = entries.last().map(|e| e.position);
-        let unsealed: Vec<Arc<Segment>> = segments[..segments.len() - 1]
-            .iter()
-            .filter(|s| !s.is_sealed())
-            .cloned()
+        // With their successors: see the sealing below.
+        let unsealed: Vec<(Arc<Segment>, Arc<Segment>)> = segments
+            .windows(2)
+            .filter(|w| !w[0].is_sealed())
+            .map(|w| (w[0].clone(), w[1].clone()))
             .collect();
         // Sealed segments the cache lacks (a log from before it, lost appends, files made
         // anew) or many entries retention left behind: rewritten (before any sealing
@@ -542,11 +550,15 @@ impl TopicLog {
             fs.sync_dir(dir)?;
         }
         // Found whole from their index entries (`same_boot`): read whole, synced and sealed
-        // as the interrupted sealing would have, oldest first, still at most `MAX_SEALING`.
+        // as the interrupted sealing would have, oldest first, still at most `MAX_SEALING`,
+        // and, as that sealing would have, after making the successor durable: a killed
+        // process may have left its real header (a roll from the spare) in the page cache
+        // only, and no footer may vouch for a segment whose successor's header a power cut
+        // could still turn back into the spare's (open would not know the segment).
         debug_assert!(unsealed.len() <= MAX_SEALING);
         debug_assert!(unsealed.is_empty() || cfg.seal_in_background);
-        for seg in unsealed {
-            log.seal_in_background(seg, None)?;
+        for (seg, successor) in unsealed {
+            log.seal_in_background(seg, Some((successor, dir.to_owned())))?;
         }
         if let Some(m) = mark.filter(|_| !same_boot) {
             // Not synced: a power cut that loses it also starts another boot.
@@ -1186,6 +1198,9 @@ enum Part {
 }
 
 #[cfg(test)]
+mod explore;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -1617,5 +1632,130 @@ mod tests {
             assert_eq!(records.len() as u64, log.next(), "power cut {cut}: dense");
         }
         drop(log);
+    }
+
+    pub(super) fn sim_cfg() -> LogConfig {
+        LogConfig {
+            segment_bytes: 1024,
+            index_interval_bytes: 128,
+            max_body: 1 << 16,
+            preallocate: false,
+            seal_in_background: true,
+        }
+    }
+
+    /// Reopens every power-cut image of `fs` (`cuts` of them) and checks it opens dense.
+    fn every_power_cut_opens(fs: &crate::io::sim::SimFs, cuts: usize, dir: &Path) {
+        for cut in 0..cuts {
+            let after = fs.crash_now();
+            let log = TopicLog::open(&Fs::new(Arc::new(after)), dir, sim_cfg(), 0)
+                .unwrap_or_else(|e| panic!("power cut {cut}: reopen failed: {e}"));
+            let records = log.reader().read(0, usize::MAX, usize::MAX).expect("read");
+            assert_eq!(
+                records.len() as u64,
+                log.next() - log.reader().earliest(),
+                "power cut {cut}: dense"
+            );
+        }
+    }
+
+    /// A process killed right after a roll from the spare file (the real header of C in
+    /// the page cache only, B's sealing not run). The reopen in the same boot seals B
+    /// (from its index entries in the background, or read whole and synced when it seals
+    /// inline), and must make C's header durable before B's footer vouches for B:
+    /// retention then deletes A and B, and after a power cut C is the only segment, with
+    /// nothing before it to say its header never reached the disk (found by review: open
+    /// failed with "header says base offset 0").
+    #[test]
+    fn a_segment_sealed_by_a_same_boot_reopen_has_its_successors_header_durable() {
+        use crate::io::sim::SimFs;
+        for seal_in_background in [true, false] {
+            let (cfg, dir) = (sim_cfg(), Path::new("/t"));
+            let fs = SimFs::new(5);
+            let mut log =
+                TopicLog::open(&Fs::new(Arc::new(fs.clone())), dir, cfg, 0).expect("open");
+            assert!(append_until_segments(&mut log, 2));
+            log.finish_sealing().expect("A sealed");
+            wait_for("the spare file", || {
+                log.spare.as_ref().is_some_and(|h| h.is_finished())
+            });
+            fs.hold_syncs(true);
+            assert!(append_until_segments(&mut log, 3));
+            let image = fs.process_crash_now();
+            fs.hold_syncs(false);
+            drop(log);
+
+            let reopen = LogConfig {
+                seal_in_background,
+                ..cfg
+            };
+            let mut log = TopicLog::open(&Fs::new(Arc::new(image.clone())), dir, reopen, 0)
+                .expect("reopen in the same boot");
+            log.finish_sealing().expect("B sealed");
+            assert_eq!(log.apply_retention(0, 1, 0).expect("retention"), 2);
+            drop(log);
+            every_power_cut_opens(&image, 20, dir);
+        }
+    }
+
+    /// As above, one segment further: the reopen in the same boot seals A (`Known::Indexed`)
+    /// without syncing B's header (made from the spare, real header in the page cache
+    /// only). B's own sealing (its sync still in flight: held here with
+    /// `SimFs::hold_syncs_of`) is the oldest the roll to D lets run, so B is the oldest segment
+    /// of open's window after a cut: the pair (A, B) that would see B's SPARE header is not
+    /// looked at, and `wholeness(B)` fails on B's header.
+    #[test]
+    fn the_oldest_segment_open_checks_never_has_a_spare_header_on_disk() {
+        use crate::io::sim::SimFs;
+        let (cfg, dir) = (sim_cfg(), Path::new("/t"));
+        let fs = SimFs::new(7);
+        let mut log = TopicLog::open(&Fs::new(Arc::new(fs.clone())), dir, cfg, 0).expect("open");
+        assert!(append_until_segments(&mut log, 2));
+        log.finish_sealing().expect("first sealed");
+        wait_for("the spare file", || {
+            log.spare.as_ref().is_some_and(|h| h.is_finished())
+        });
+        // Killed right after the roll to B (from the spare), before A's sealing ran.
+        fs.hold_syncs(true);
+        assert!(append_until_segments(&mut log, 3));
+        let image = fs.process_crash_now();
+        fs.hold_syncs(false);
+        drop(log);
+
+        // Same boot: A is sealed again (B's header is not synced by that).
+        let mut log = TopicLog::open(&Fs::new(Arc::new(image.clone())), dir, cfg, 0)
+            .expect("reopen in the same boot");
+        log.finish_sealing().expect("A sealed");
+        let b = log.reader().snapshot()[2].path.clone();
+        // B's own sealing is slow (its sync still in flight at the power cut).
+        image.hold_syncs_of(Some(&b));
+        wait_for_spare(&mut log);
+        assert!(append_until_segments(&mut log, 4), "rolled to C");
+        wait_for_spare(&mut log);
+        assert!(append_until_segments(&mut log, 5), "rolled to D");
+        let c = log.reader().snapshot()[3].clone();
+        wait_for("C sealed", || c.is_sealed());
+        let result = std::panic::catch_unwind(|| every_power_cut_opens(&image, 50, dir));
+        image.hold_syncs_of(None);
+        drop(log);
+        if let Err(e) = result {
+            std::panic::resume_unwind(e);
+        }
+    }
+
+    /// Appends until the spare file is being made, then waits until it is ready.
+    fn wait_for_spare(log: &mut TopicLog) {
+        let headers = Headers::new();
+        while log.spare.is_none() {
+            let m = Append {
+                payload: &[7u8; 200],
+                headers: &headers,
+                headers_len: record::headers_len(&headers),
+            };
+            log.append(&[m], 0).expect("append");
+        }
+        wait_for("the spare file", || {
+            log.spare.as_ref().is_some_and(|h| h.is_finished())
+        });
     }
 }
