@@ -85,7 +85,7 @@ impl SimFs {
     }
 
     /// From now on (until `None`), writes, syncs and truncations of the file named `path`
-    /// fail with an I/O error: a disk going bad under one file.
+    /// fail with an I/O error: a disk going bad under one file (a directory: its syncs).
     pub fn fail_writes_to(&self, path: Option<&Path>) {
         *self.failing.lock().unwrap_or_else(|e| e.into_inner()) = path.map(Path::to_path_buf);
     }
@@ -112,6 +112,7 @@ impl SimFs {
     fn wait_while_file_held(&self, id: u64) {
         let (lock, cv) = &*self.held;
         let mut g = lock.lock().unwrap_or_else(|e| e.into_inner());
+        let mut counted = false;
         loop {
             let held = self
                 .held_file
@@ -120,13 +121,20 @@ impl SimFs {
                 .clone();
             let is_held = held.is_some_and(|p| self.lock().names.get(&p) == Some(&id));
             if !is_held {
+                if counted {
+                    self.lock().syncs_waiting -= 1;
+                }
                 return;
+            }
+            if !counted {
+                self.lock().syncs_waiting += 1;
+                counted = true;
             }
             g = cv.wait(g).unwrap_or_else(|e| e.into_inner());
         }
     }
 
-    /// Syncs waiting in `hold_syncs` now.
+    /// Syncs waiting in `hold_syncs` or `hold_syncs_of` now.
     pub fn syncs_waiting(&self) -> usize {
         self.lock().syncs_waiting
     }
@@ -503,6 +511,17 @@ impl Backend for SimFs {
 
     fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
         self.wait_while_held();
+        if self
+            .failing
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_deref()
+            == Some(dir)
+        {
+            return Err(std::io::Error::other(
+                "injected I/O error (SimFs::fail_writes_to)",
+            ));
+        }
         let mut s = self.lock();
         s.tick();
         let op = s.ops;

@@ -545,8 +545,12 @@ impl TopicLog {
         // A segment made from a spare has its name made durable by its sealing thread
         // (`seal_after`), which a killed process may not have run: records published into
         // it from now on (acknowledged under `Always`) would go with the name at a power
-        // cut. Every segment rolled under `seal_in_background` carries the flag.
-        if active_flagged {
+        // cut. Every segment rolled under `seal_in_background` carries the flag. And once
+        // per boot (the first open that checks in full): an earlier open may have cut the
+        // log back and failed before its directory sync, so that the deleted segments are
+        // gone from the page cache but not from the disk, where a power cut would bring
+        // them back behind what is appended from now on.
+        if active_flagged || !same_boot {
             fs.sync_dir(dir)?;
         }
         // Found whole from their index entries (`same_boot`): read whole, synced and sealed
@@ -1757,5 +1761,71 @@ mod tests {
         wait_for("the spare file", || {
             log.spare.as_ref().is_some_and(|h| h.is_finished())
         });
+    }
+
+    /// A power cut took records of the first segment while the next one was durable, so
+    /// open cuts the log back to the first segment, but the directory sync that makes the
+    /// deletions durable fails. The next open (still this boot's page cache, where they are
+    /// gone) must make them durable before the log goes on: else, once the first segment
+    /// is filled up to the deleted one's base again, a power cut brings the deleted
+    /// segment back and the old records it holds reappear after the new ones (found by
+    /// review: only a cut-back to a flagged segment was followed by a directory sync).
+    #[test]
+    fn a_cut_back_whose_directory_sync_failed_is_made_durable_by_the_next_open() {
+        use crate::io::sim::SimFs;
+        let (cfg, dir) = (sim_cfg(), Path::new("/t"));
+        let mut cut_back = 0;
+        for seed in 1..=40 {
+            let fs = SimFs::new(seed);
+            let mut log =
+                TopicLog::open(&Fs::new(Arc::new(fs.clone())), dir, cfg, 0).expect("open");
+            let first = log.active().path.clone();
+            wait_for_spare(&mut log);
+            // S0's sealing makes A durable, then its sync of S0 itself is still in flight
+            // at the power cut.
+            fs.hold_syncs_of(Some(&first));
+            assert!(append_until_segments(&mut log, 2));
+            let a = log.active().clone();
+            append(&mut log, 2);
+            a.sync().expect("A's records durable");
+            wait_for("A durable under its name", || fs.syncs_waiting() > 0);
+            let image = fs.crash_now();
+            fs.hold_syncs_of(None);
+            drop(log);
+
+            image.fail_writes_to(Some(dir));
+            let failed = TopicLog::open(&Fs::new(Arc::new(image.clone())), dir, cfg, 0);
+            image.fail_writes_to(None);
+            let failed = failed.is_err();
+            let mut log = TopicLog::open(&Fs::new(Arc::new(image.clone())), dir, cfg, 0)
+                .expect("reopen after the failed one");
+            if !failed || log.next() >= a.base {
+                continue; // S0 kept every record: nothing was cut back.
+            }
+            cut_back += 1;
+            let headers = Headers::new();
+            let mut appended = Vec::new();
+            while log.next() < a.base {
+                let payload = format!("new {}", log.next()).into_bytes();
+                let m = Append {
+                    payload: &payload,
+                    headers: &headers,
+                    headers_len: record::headers_len(&headers),
+                };
+                log.append(&[m], 0).expect("append");
+                appended.push(payload);
+            }
+            log.sync().expect("sync");
+            assert_eq!(log.next(), a.base);
+            drop(log);
+            let after = image.crash_now();
+            let log = TopicLog::open(&Fs::new(Arc::new(after)), dir, cfg, 0).expect("reopen");
+            assert_eq!(
+                log.next(),
+                a.base,
+                "seed {seed}: the deleted segment came back after the power cut"
+            );
+        }
+        assert!(cut_back > 0, "no seed lost records of S0");
     }
 }
