@@ -1559,6 +1559,7 @@ mod tests {
             .count();
         assert!(holding > 0 && holding <= OPEN_SEALED_MAX + 1, "{holding}");
     }
+
     /// Appends until the log has `segments` segments; `false` if an append failed first.
     fn append_until_segments(log: &mut TopicLog, segments: usize) -> bool {
         let headers = Headers::new();
