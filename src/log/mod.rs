@@ -1591,25 +1591,9 @@ mod tests {
     /// it cannot repair (found as a rare `power_loss_none` failure: "gap in the log").
     #[test]
     fn a_roll_waits_for_an_older_sealing_a_killed_process_left_behind() {
-        use crate::io::sim::SimFs;
-        let cfg = LogConfig {
-            segment_bytes: 1024,
-            index_interval_bytes: 128,
-            max_body: 1 << 16,
-            preallocate: false,
-            seal_in_background: true,
-        };
-        let dir = Path::new("/t");
-        let fs = SimFs::new(3);
-        let mut log = TopicLog::open(&Fs::new(Arc::new(fs.clone())), dir, cfg, 0).expect("open");
-        assert!(append_until_segments(&mut log, 2));
-        log.finish_sealing().expect("A sealed");
-        wait_for("the spare file", || {
-            log.spare.as_ref().is_some_and(|h| h.is_finished())
-        });
+        let (cfg, dir) = (sim_cfg(), Path::new("/t"));
         // B's sealing cannot sync before its sync is made to fail.
-        fs.hold_syncs(true);
-        assert!(append_until_segments(&mut log, 3));
+        let (fs, mut log) = rolled_twice_with_syncs_held(3);
         let b = log.reader().snapshot()[1].path.clone();
         fs.fail_writes_to(Some(&b));
         fs.hold_syncs(false);
@@ -1629,13 +1613,7 @@ mod tests {
             !rolled_past,
             "the roll to E waited for B's sealing and got its error"
         );
-        for cut in 0..20 {
-            let after = image.crash_now();
-            let log = TopicLog::open(&Fs::new(Arc::new(after)), dir, cfg, 0)
-                .unwrap_or_else(|e| panic!("power cut {cut}: reopen failed: {e}"));
-            let records = log.reader().read(0, usize::MAX, usize::MAX).expect("read");
-            assert_eq!(records.len() as u64, log.next(), "power cut {cut}: dense");
-        }
+        every_power_cut_opens(&image, 20, dir);
         drop(log);
     }
 
@@ -1647,6 +1625,26 @@ mod tests {
             preallocate: false,
             seal_in_background: true,
         }
+    }
+
+    /// A log on `SimFs::new(seed)` (`sim_cfg`) rolled once, its first segment sealed, then
+    /// rolled again from the ready spare file while every sync is held: that roll's
+    /// sealing has synced nothing yet. The caller lets the syncs go (`hold_syncs(false)`).
+    fn rolled_twice_with_syncs_held(seed: u64) -> (crate::io::sim::SimFs, TopicLog) {
+        let fs = crate::io::sim::SimFs::new(seed);
+        let mut log = TopicLog::open(
+            &Fs::new(Arc::new(fs.clone())),
+            Path::new("/t"),
+            sim_cfg(),
+            0,
+        )
+        .expect("open");
+        assert!(append_until_segments(&mut log, 2));
+        log.finish_sealing().expect("the first segment sealed");
+        wait_for_spare(&mut log);
+        fs.hold_syncs(true);
+        assert!(append_until_segments(&mut log, 3));
+        (fs, log)
     }
 
     /// Reopens every power-cut image of `fs` (`cuts` of them) and checks it opens dense.
@@ -1673,19 +1671,9 @@ mod tests {
     /// failed with "header says base offset 0").
     #[test]
     fn a_segment_sealed_by_a_same_boot_reopen_has_its_successors_header_durable() {
-        use crate::io::sim::SimFs;
         for seal_in_background in [true, false] {
             let (cfg, dir) = (sim_cfg(), Path::new("/t"));
-            let fs = SimFs::new(5);
-            let mut log =
-                TopicLog::open(&Fs::new(Arc::new(fs.clone())), dir, cfg, 0).expect("open");
-            assert!(append_until_segments(&mut log, 2));
-            log.finish_sealing().expect("A sealed");
-            wait_for("the spare file", || {
-                log.spare.as_ref().is_some_and(|h| h.is_finished())
-            });
-            fs.hold_syncs(true);
-            assert!(append_until_segments(&mut log, 3));
+            let (fs, log) = rolled_twice_with_syncs_held(5);
             let image = fs.process_crash_now();
             fs.hold_syncs(false);
             drop(log);
@@ -1711,18 +1699,9 @@ mod tests {
     /// looked at, and `wholeness(B)` fails on B's header.
     #[test]
     fn the_oldest_segment_open_checks_never_has_a_spare_header_on_disk() {
-        use crate::io::sim::SimFs;
         let (cfg, dir) = (sim_cfg(), Path::new("/t"));
-        let fs = SimFs::new(7);
-        let mut log = TopicLog::open(&Fs::new(Arc::new(fs.clone())), dir, cfg, 0).expect("open");
-        assert!(append_until_segments(&mut log, 2));
-        log.finish_sealing().expect("first sealed");
-        wait_for("the spare file", || {
-            log.spare.as_ref().is_some_and(|h| h.is_finished())
-        });
         // Killed right after the roll to B (from the spare), before A's sealing ran.
-        fs.hold_syncs(true);
-        assert!(append_until_segments(&mut log, 3));
+        let (fs, log) = rolled_twice_with_syncs_held(7);
         let image = fs.process_crash_now();
         fs.hold_syncs(false);
         drop(log);
