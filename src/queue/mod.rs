@@ -8,6 +8,8 @@
 //! never held while taking a group lock.
 
 pub mod dedup;
+#[cfg(test)]
+mod explore;
 pub mod group;
 pub mod names;
 
