@@ -343,6 +343,8 @@ impl TopicLog {
         // open truncates): the log stays a prefix, without a gap.
         let from = bases.len().saturating_sub(MAX_SEALING + 1);
         let mut cached = summaries.read(fs);
+        // The cache file was removed by a cut-back (its entries still serve this open).
+        let mut cache_removed = false;
         let mut known = std::collections::HashMap::new();
         // The active segment's header says it was rolled under `seal_in_background` (read
         // here once, as the last pair's successor).
@@ -411,6 +413,7 @@ impl TopicLog {
                 );
                 // First: the bases deleted now may be written again, differently.
                 fs.remove_file(&summaries.path)?;
+                cache_removed = true;
                 cached.retain(|&b, _| b < prev);
                 for &b in &bases[i + 1..] {
                     fs.remove_file(&dir.join(segment::segment_file_name(b)))?;
@@ -513,7 +516,7 @@ impl TopicLog {
         let lacking = sealed
             .iter()
             .any(|c| cached.get(&c.summary.base) != Some(c));
-        if lacking || cached.len() > sealed.len() + SUMMARIES_STALE_MAX {
+        if lacking || cache_removed || cached.len() > sealed.len() + SUMMARIES_STALE_MAX {
             summaries.rewrite(fs, &sealed);
         }
         let mut log = TopicLog {
@@ -1807,5 +1810,33 @@ mod tests {
             );
         }
         assert!(cut_back > 0, "no seed lost records of S0");
+    }
+
+    /// A cut-back at open removes the sealed-summaries cache first (the bases it deletes
+    /// may be written again); the open then writes it anew from what it checked, or the
+    /// next open reads every sealed footer instead (found by review).
+    #[test]
+    fn a_cut_back_at_open_writes_the_summaries_cache_again() {
+        let (cfg, dir) = (sim_cfg(), Path::new("/t"));
+        let mut cut_back = 0;
+        for seed in 1..=40 {
+            let (fs, log) = rolled_twice_with_syncs_held(seed);
+            let appended = log.next();
+            let image = fs.crash_now();
+            fs.hold_syncs(false);
+            drop(log);
+            let log =
+                TopicLog::open(&Fs::new(Arc::new(image.clone())), dir, cfg, 0).expect("reopen");
+            if log.next() == appended || log.reader().snapshot().len() < 2 {
+                continue; // Nothing lost, or nothing sealed left to cache.
+            }
+            cut_back += 1;
+            let cache = image.read_file(&dir.join(SUMMARIES_FILE));
+            assert!(
+                cache.is_some_and(|c| !c.is_empty()),
+                "seed {seed}: the cache is written again"
+            );
+        }
+        assert!(cut_back > 0, "no seed lost records");
     }
 }
