@@ -311,11 +311,7 @@ impl World {
         match self.e().next_delivery(&r, None, false) {
             Ok(Some(h)) => {
                 self.check_handout(i, &h.record, h.attempt, false);
-                let t = Ticket {
-                    offset: h.record.offset,
-                    epoch: h.epoch,
-                    token: h.token,
-                };
+                let t = ticket(&h);
                 self.trace.push(format!(
                     "{} manual out {} attempt {}",
                     GROUPS[i], t.offset, h.attempt
@@ -360,20 +356,14 @@ impl World {
         if let Some(p) = prev
             && p.epoch == epoch
         {
-            {
-                self.g[i].maybe_acked.insert(p.offset);
-                self.g[i].acked_since_open.insert(p.offset);
-            }
+            self.g[i].maybe_acked.insert(p.offset);
+            self.g[i].acked_since_open.insert(p.offset);
         }
         let r = self.ref_(i);
         match self.e().next_delivery(&r, prev, true) {
             Ok(Some(h)) => {
                 self.check_handout(i, &h.record, h.attempt, false);
-                let t = Ticket {
-                    offset: h.record.offset,
-                    epoch: h.epoch,
-                    token: h.token,
-                };
+                let t = ticket(&h);
                 self.trace.push(format!(
                     "{} auto out {} attempt {} (acking {:?}) lent {}",
                     GROUPS[i],
@@ -781,6 +771,15 @@ impl World {
                 self.after_reopen(Some(before), true);
             }
         }
+    }
+}
+
+/// The ticket that acks or nacks hand-out `h`.
+fn ticket(h: &Handout) -> Ticket {
+    Ticket {
+        offset: h.record.offset,
+        epoch: h.epoch,
+        token: h.token,
     }
 }
 
