@@ -1595,23 +1595,34 @@ mod tests {
     #[test]
     fn a_roll_waits_for_an_older_sealing_a_killed_process_left_behind() {
         let (cfg, dir) = (sim_cfg(), Path::new("/t"));
-        // B's sealing cannot sync before its sync is made to fail.
+        // B's sealing is slow: its sync of B is still in flight when the process is
+        // killed, after C was sealed. (Held, not failed: a failure would poison the log
+        // before the roll to D, depending on the threads' timing.)
         let (fs, mut log) = rolled_twice_with_syncs_held(3);
         let b = log.reader().snapshot()[1].path.clone();
-        fs.fail_writes_to(Some(&b));
+        fs.hold_syncs_of(Some(&b));
         fs.hold_syncs(false);
         assert!(append_until_segments(&mut log, 4));
         let c = log.reader().snapshot()[2].clone();
         wait_for("C sealed", || c.is_sealed());
         let image = fs.process_crash_now();
+        fs.hold_syncs_of(None);
         drop(log);
 
-        // The same boot: B is found whole in the page cache, its sealing starts again (and
-        // fails again: still nothing of B reaches the disk).
-        image.fail_writes_to(Some(&b));
+        // The same boot: B is found whole in the page cache and its sealing starts again,
+        // slow again, then failing (nothing of B reaches the disk). The roll to E must
+        // wait for it and get its error; rolling past it returns at once.
+        image.hold_syncs_of(Some(&b));
         let mut log = TopicLog::open(&Fs::new(Arc::new(image.clone())), dir, cfg, 0)
             .expect("reopen in the same boot");
+        let failing = image.clone();
+        let releaser = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            failing.fail_writes_to(Some(&b));
+            failing.hold_syncs_of(None);
+        });
         let rolled_past = append_until_segments(&mut log, 5);
+        releaser.join().expect("releaser");
         assert!(
             !rolled_past,
             "the roll to E waited for B's sealing and got its error"

@@ -21,7 +21,12 @@ use crate::parked::Parked;
 /// Publishers waiting for a sync, and the flags between them and the thread.
 #[derive(Default)]
 struct Waiters {
-    parked: Parked<(Arc<Segment>, u64)>,
+    /// `(segment, end, waiter id)`: the id tells two waiters on one end apart (a
+    /// de-duplication hit waits on the end of the publish that appended last), so a
+    /// repeated poll replaces its own waker, never another waiter's.
+    parked: Parked<(Arc<Segment>, u64, u64)>,
+    /// The next waiter id.
+    next_id: std::sync::atomic::AtomicU64,
     /// A waiter parked since the thread last looked at the list.
     requested: AtomicBool,
     /// `stop` was called: the thread answers what is parked, then ends.
@@ -48,7 +53,7 @@ impl Waiters {
     /// Wakes every waiter that has its outcome (all of them once stopped).
     fn wake_decided(&self) {
         self.parked
-            .wake_where(|(seg, end)| self.outcome(seg, *end).is_some());
+            .wake_where(|(seg, end, _)| self.outcome(seg, *end).is_some());
     }
 }
 
@@ -82,6 +87,7 @@ impl Syncer {
             return Ok(());
         }
         let w = &self.waiters;
+        let id = w.next_id.fetch_add(1, Ordering::Relaxed);
         let mut again = false;
         std::future::poll_fn(|cx| {
             let seen = std::mem::replace(&mut again, true);
@@ -89,8 +95,8 @@ impl Syncer {
                 cx.waker(),
                 seen,
                 || w.outcome(&segment, end),
-                || (segment.clone(), end),
-                |(s, e)| Arc::ptr_eq(s, &segment) && *e == end,
+                || (segment.clone(), end, id),
+                |(_, _, i)| *i == id,
             );
             match outcome {
                 Some(o) => Poll::Ready(o),
@@ -144,7 +150,7 @@ fn run(waiters: &Waiters) {
         }
         // One sync per distinct segment with a waiter; `Segment::sync` skips work already
         // covered, and a failure poisons the segment, which its waiters see.
-        waiters.parked.for_each_key(|(seg, _)| {
+        waiters.parked.for_each_key(|(seg, _, _)| {
             if !segments.iter().any(|s| Arc::ptr_eq(s, seg)) {
                 segments.push(seg.clone());
             }
