@@ -311,7 +311,7 @@ impl World {
         match self.e().next_delivery(&r, None, false) {
             Ok(Some(h)) => {
                 self.check_handout(i, &h.record, h.attempt, false);
-                let t = ticket(&h);
+                let t = h.ticket();
                 self.trace.push(format!(
                     "{} manual out {} attempt {}",
                     GROUPS[i], t.offset, h.attempt
@@ -363,7 +363,7 @@ impl World {
         match self.e().next_delivery(&r, prev, true) {
             Ok(Some(h)) => {
                 self.check_handout(i, &h.record, h.attempt, false);
-                let t = ticket(&h);
+                let t = h.ticket();
                 self.trace.push(format!(
                     "{} auto out {} attempt {} (acking {:?}) lent {}",
                     GROUPS[i],
@@ -771,15 +771,6 @@ impl World {
                 self.after_reopen(Some(before), true);
             }
         }
-    }
-}
-
-/// The ticket that acks or nacks hand-out `h`.
-fn ticket(h: &Handout) -> Ticket {
-    Ticket {
-        offset: h.record.offset,
-        epoch: h.epoch,
-        token: h.token,
     }
 }
 

@@ -129,6 +129,17 @@ pub struct Handout {
     pub lent: Option<LentRecords>,
 }
 
+impl Handout {
+    /// The ticket that acks, nacks or releases this delivery.
+    pub fn ticket(&self) -> Ticket {
+        Ticket {
+            offset: self.record.offset,
+            epoch: self.epoch,
+            token: self.token,
+        }
+    }
+}
+
 /// Records lent to an auto-ack consumer: it hands out `records` in order (first attempts,
 /// same epoch and token as the handout), each after moving `next` from its offset to the
 /// one after with a compare-and-swap; once that fails the group has taken them back.
@@ -1533,11 +1544,7 @@ mod tests {
                 "offset {offset} handed out above the catalog's lease {lease}"
             );
             lent_seen += u64::from(h.lent.is_some());
-            previous = Some(Ticket {
-                offset,
-                epoch: h.epoch,
-                token: h.token,
-            });
+            previous = Some(h.ticket());
         }
         assert_eq!(lent_seen, 0, "nothing is lent unless asked");
         e.close().expect("close");
@@ -1561,12 +1568,7 @@ mod tests {
     /// The next auto-ack hand-out (acking `previous`), which must exist.
     fn hand_out(e: &Engine, r: &GroupRef, previous: Option<Ticket>) -> Ticket {
         let h = e.next_delivery(r, previous, false).expect("hand-out");
-        let h = h.expect("a record");
-        Ticket {
-            offset: h.record.offset,
-            epoch: h.epoch,
-            token: h.token,
-        }
+        h.expect("a record").ticket()
     }
 
     /// After an unclean stop, a careful auto-ack hand-out is one catalog commit: the
@@ -1609,11 +1611,7 @@ mod tests {
         );
         // The last ack, with no hand-out after it to carry it, is committed on its own.
         while let Some(h) = e.next_delivery(&r, previous, false).expect("hand-out") {
-            previous = Some(Ticket {
-                offset: h.record.offset,
-                epoch: h.epoch,
-                token: h.token,
-            });
+            previous = Some(h.ticket());
         }
         let g = e.catalog.groups().expect("groups")[&("t".to_owned(), "g".to_owned())].clone();
         assert_eq!(

@@ -176,11 +176,7 @@ impl Consumer {
             sh.wakeup.wake();
         }
         Ok(handout.map(|h| {
-            let ticket = Ticket {
-                offset: h.record.offset(),
-                epoch: h.epoch,
-                token: h.token,
-            };
+            let ticket = h.ticket();
             if !self.manual_ack {
                 self.previous = Some(ticket);
             }
