@@ -476,7 +476,9 @@ impl TopicLog {
             }
             segments.push(Arc::new(seg));
         }
-        if segments.is_empty() {
+        // A new log: `Segment::create` syncs the directory itself.
+        let created = segments.is_empty();
+        if created {
             segments.push(Arc::new(Segment::create(
                 fs,
                 dir,
@@ -549,11 +551,12 @@ impl TopicLog {
         // (`seal_after`), which a killed process may not have run: records published into
         // it from now on (acknowledged under `Always`) would go with the name at a power
         // cut. Every segment rolled under `seal_in_background` carries the flag. And once
-        // per boot (the first open that checks in full): an earlier open may have cut the
+        // per boot (the first open that checks in full, of a log it did not just create):
+        // an earlier open may have cut the
         // log back and failed before its directory sync, so that the deleted segments are
         // gone from the page cache but not from the disk, where a power cut would bring
         // them back behind what is appended from now on.
-        if active_flagged || !same_boot {
+        if active_flagged || (!same_boot && !created) {
             fs.sync_dir(dir)?;
         }
         // Found whole from their index entries (`same_boot`): read whole, synced and sealed
@@ -764,18 +767,21 @@ impl TopicLog {
     /// with `seal_in_background` the sync and index on a thread) and starts a new one.
     fn roll(&mut self, now_ms: u64) -> Result<()> {
         // Recovery checks only the `MAX_SEALING` segments before the active one, so none
-        // older may still be unsynced when the next is created. Counting is not enough:
-        // sealings finish out of order, and a reopened process may have one pending for an
-        // older segment than the sealed ones after it (a killed process's leftover).
+        // older may still be unsynced when the next is created: every sealing older than
+        // the last `MAX_SEALING - 1` before the active one is waited for. By position, not
+        // count: sealings finish out of order, and a reopened process may have one pending
+        // for an older segment than the sealed ones after it (a killed process's leftover).
         let keep_from = {
             let segs = read_lock(&self.reader.segments);
             segs[segs.len().saturating_sub(MAX_SEALING)].base
         };
         while let Some(&(oldest, _)) = self.sealing.front()
-            && (self.sealing.len() >= MAX_SEALING || oldest < keep_from)
+            && oldest < keep_from
         {
             self.finish_oldest_sealing()?;
         }
+        // With the active one's about to be added: `MAX_SEALING` at most.
+        debug_assert!(self.sealing.len() < MAX_SEALING);
         self.active.with_file(|f| f.set_len(self.active.end()))?;
         let background = self.cfg.seal_in_background;
         if !background {
