@@ -60,7 +60,8 @@ pub struct SimFs {
     /// Writes, syncs and truncations of the file at this path fail (`fail_writes_to`).
     /// Not part of the state a crash image copies either.
     failing: Arc<Mutex<Option<PathBuf>>>,
-    /// Syncs of the file at this path wait while set (`hold_syncs_of`; a slow disk under one file).
+    /// Syncs of the file at this path wait while set (`hold_syncs_of`: a slow disk under
+    /// one file). Not part of the state a crash image copies.
     held_file: Arc<Mutex<Option<PathBuf>>>,
 }
 
@@ -92,16 +93,22 @@ impl SimFs {
 
     /// The error `fail_writes_to` injects, if file `id` is the failing one.
     fn injected(&self, s: &State, id: u64) -> std::io::Result<()> {
+        self.injected_if(|p| s.names.get(p) == Some(&id))
+    }
+
+    /// The error `fail_writes_to` injects, if the failing path is one `is_it` names.
+    fn injected_if(&self, is_it: impl FnOnce(&Path) -> bool) -> std::io::Result<()> {
         let failing = self.failing.lock().unwrap_or_else(|e| e.into_inner());
-        match failing.as_deref().and_then(|p| s.names.get(p)) {
-            Some(&f) if f == id => Err(std::io::Error::other(
+        match failing.as_deref() {
+            Some(p) if is_it(p) => Err(std::io::Error::other(
                 "injected I/O error (SimFs::fail_writes_to)",
             )),
             _ => Ok(()),
         }
     }
 
-    /// Makes syncs of the file named `path` wait until `hold_syncs_of(None)` (a slow disk under one file).
+    /// Makes syncs of the file named `path` wait until `hold_syncs_of(None)` (a slow disk
+    /// under one file).
     pub fn hold_syncs_of(&self, path: Option<&Path>) {
         let (lock, cv) = &*self.held;
         let _g = lock.lock().unwrap_or_else(|e| e.into_inner());
@@ -511,17 +518,7 @@ impl Backend for SimFs {
 
     fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
         self.wait_while_held();
-        if self
-            .failing
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_deref()
-            == Some(dir)
-        {
-            return Err(std::io::Error::other(
-                "injected I/O error (SimFs::fail_writes_to)",
-            ));
-        }
+        self.injected_if(|p| p == dir)?;
         let mut s = self.lock();
         s.tick();
         let op = s.ops;

@@ -6,7 +6,8 @@
 //! - The cursor moves only over offsets that are acked or dead-lettered (no skipping),
 //!   except when retention deleted them (counted in `skipped`).
 //! - The catalog's `lease_end` is above every offset handed out since the group's last
-//!   reset (earlier deliveries are fenced by the epoch), so after an unclean stop the offsets that might have been out are bounded (`careful_until`): hand-outs
+//!   reset (earlier deliveries are fenced by the epoch), so after an unclean stop the
+//!   offsets that might have been out are bounded (`careful_until`): hand-outs
 //!   stay below `lease_durable`, which only a durable image raises, and every image
 //!   carries `lease_end >= lease_durable` (the lease is extended ahead of need, without
 //!   waiting, half a lease before it runs out).
