@@ -435,6 +435,48 @@ fn spool_publish_concurrent(count: usize, size: usize, producers: usize) -> Stat
     let dir = tempfile::tempdir().expect("tempdir");
     let rt = rt();
     let mq = open(dir.path(), SyncPolicy::Always);
+    publish_concurrent(&rt, mq, count, size, producers)
+}
+
+/// `spool_publish_concurrent` on a topic in the steady state of a long-lived one whose
+/// consumers keep up: retention deleted its old segments and kept their files for the
+/// rolls to overwrite (no zeros ahead, see README). Untimed before the run: three rolls
+/// (the last one into a kept file, which the run then fills) and retention twice.
+/// Retention deletes every sealed segment (`Retention Bytes=1`); no roll during the run
+/// (as in the fresh topic's).
+fn spool_publish_concurrent_steady(count: usize, size: usize, producers: usize) -> Stat {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rt = rt();
+    let mut o = Options::new(dir.path());
+    o.sync = SyncPolicy::Always;
+    o.dedup_window = 0;
+    o.retention_bytes = 1;
+    let mq = Spool::open_with(o).expect("open");
+    let payload = bytes::Bytes::from(vec![7u8; 64 * 1024]);
+    rt.block_on(async {
+        // Batches of 4 MiB, 15 to a segment: two segments and one batch, retention, the
+        // rest of that segment and one more batch (its roll takes a kept file).
+        for batches in [31, 15] {
+            for _ in 0..batches {
+                let msgs: Vec<(bytes::Bytes, Headers)> =
+                    (0..64).map(|_| (payload.clone(), Headers::new())).collect();
+                mq.publish_batch("bench", msgs).await.expect("publish");
+            }
+            mq.apply_retention().expect("retention");
+        }
+        let info = mq.topic_info("bench").expect("info");
+        assert_eq!(info.segments, 1, "the kept file is the active segment");
+    });
+    publish_concurrent(&rt, mq, count, size, producers)
+}
+
+fn publish_concurrent(
+    rt: &tokio::runtime::Runtime,
+    mq: Spool,
+    count: usize,
+    size: usize,
+    producers: usize,
+) -> Stat {
     let payload = bytes::Bytes::from(vec![7u8; size]);
     let per = count / producers;
     let start = Instant::now();
@@ -810,6 +852,14 @@ fn main() {
         w("publish 1KiB sync=always 64 producers", || {
             spool_publish_concurrent(n(32_000), 1024, 64)
         }),
+        w(
+            "publish 1KiB sync=always 1 producers (steady state)",
+            || spool_publish_concurrent_steady(n(2_000), 1024, 1),
+        ),
+        w(
+            "publish 1KiB sync=always 64 producers (steady state)",
+            || spool_publish_concurrent_steady(n(32_000), 1024, 64),
+        ),
         // What bounds 64 producers: ~32 publishes share each sync (see README).
         w(
             "raw 32KiB overwrite+fdatasync (zeros 1MiB ahead) 1KiB sync=always bound",
@@ -943,6 +993,12 @@ fn main() {
         "64 producers always / 1 producer always",
         "publish 1KiB sync=always 64 producers",
         "publish 1KiB sync=always 1 producers",
+        20.0,
+    );
+    r.ratio(
+        "64 producers always / 1 producer always (steady state)",
+        "publish 1KiB sync=always 64 producers (steady state)",
+        "publish 1KiB sync=always 1 producers (steady state)",
         20.0,
     );
     // Two cohorts of 32 producers take turns (one writes while the other's sync runs),

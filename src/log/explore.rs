@@ -1,6 +1,7 @@
 //! A random exploration of one topic log under crashes (test only): appends, syncs,
 //! retention (waiting for the sealings or not), process kills (often right after a roll),
-//! power cuts, a switch between background and inline sealing at each reopen, a slow sync
+//! power cuts, a switch between background and inline sealing (and, inline, between zeros
+//! ahead with retention's files reused and neither) at each reopen, a slow sync
 //! of one of the last segments and failing writes to one. After every reopen the log must
 //! be dense, every record the one appended at its offset, a kill must lose nothing, and a
 //! power cut must keep everything up to the last `sync` and every sealed segment. It found
@@ -117,7 +118,12 @@ fn random_kills_power_cuts_retention_and_slow_or_failing_syncs_keep_the_log_a_pr
                 fs = image;
                 trace.push(format!("kill at {}", model.len()));
                 cfg.seal_in_background = next_rand(4) != 0;
-                trace.push(format!("bg {}", cfg.seal_in_background));
+                // `Sync=Always`'s zeros ahead and reused files, or `Interval`'s neither.
+                cfg.preallocate = !cfg.seal_in_background && next_rand(2) == 0;
+                trace.push(format!(
+                    "bg {} zeros {}",
+                    cfg.seal_in_background, cfg.preallocate
+                ));
                 log = TopicLog::open(&Fs::new(Arc::new(fs.clone())), dir, cfg, 0)
                     .unwrap_or_else(|e| panic!("seed {seed}: reopen after kill: {e}\n{trace:?}"));
                 assert_eq!(
@@ -145,7 +151,12 @@ fn random_kills_power_cuts_retention_and_slow_or_failing_syncs_keep_the_log_a_pr
                 fs = image;
                 trace.push("power cut".into());
                 cfg.seal_in_background = next_rand(4) != 0;
-                trace.push(format!("bg {}", cfg.seal_in_background));
+                // `Sync=Always`'s zeros ahead and reused files, or `Interval`'s neither.
+                cfg.preallocate = !cfg.seal_in_background && next_rand(2) == 0;
+                trace.push(format!(
+                    "bg {} zeros {}",
+                    cfg.seal_in_background, cfg.preallocate
+                ));
                 log = TopicLog::open(&Fs::new(Arc::new(fs.clone())), dir, cfg, 0).unwrap_or_else(
                     |e| panic!("seed {seed}: reopen after power cut: {e}\n{trace:?}"),
                 );

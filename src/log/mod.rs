@@ -90,6 +90,9 @@ const READ_CAPACITY_MAX: usize = 4096;
 
 /// Zeros written ahead of the records at a time.
 const PREALLOCATE_BYTES: u64 = 1 << 20;
+/// Segment files retention keeps for later rolls to reuse (`preallocate`): enough for the
+/// rolls between two retention checks of a busy topic, bounded in disk space.
+const MAX_RECYCLED: usize = 2;
 
 /// How a log lays out its files.
 #[derive(Clone, Copy, Debug)]
@@ -278,6 +281,9 @@ pub struct TopicLog {
     /// The spare file the next roll renames into a segment (`seal_in_background`), being
     /// made on a thread; a roll that finds it unfinished creates the segment itself.
     spare: Option<std::thread::JoinHandle<Result<DataFile>>>,
+    /// Files of segments retention deleted, kept (`preallocate`) for rolls to overwrite
+    /// instead of writing zeros ahead (`MAX_RECYCLED` at most).
+    recycled: Vec<PathBuf>,
     summaries: Arc<Summaries>,
 }
 
@@ -296,14 +302,23 @@ impl TopicLog {
         fs.create_dir_all(dir)?;
         let mut bases: Vec<u64> = Vec::new();
         let mut stray_indexes: Vec<u64> = Vec::new();
+        let mut recycled: Vec<PathBuf> = Vec::new();
         for name in fs.list_dir(dir)? {
             if let Some(b) = name.strip_suffix(".log").and_then(parse_base) {
                 bases.push(b);
             } else if let Some(b) = name.strip_suffix(".idx").and_then(parse_base) {
                 stray_indexes.push(b);
+            } else if name.ends_with(segment::RECYCLED_SUFFIX) {
+                recycled.push(dir.join(name));
             }
         }
         bases.sort_unstable();
+        recycled.sort_unstable();
+        // Kept only where rolls reuse them (a log opened under another policy since).
+        let keep = if cfg.preallocate { MAX_RECYCLED } else { 0 };
+        for path in recycled.drain(keep.min(recycled.len())..) {
+            fs.remove_file(&path)?;
+        }
         for b in stray_indexes {
             if bases.binary_search(&b).is_err() {
                 // Left behind by retention stopped half-way.
@@ -493,6 +508,23 @@ impl TopicLog {
             .last()
             .cloned()
             .ok_or_else(|| Error::corrupt(dir, "log has no segment after open (internal error)"))?;
+        // A power cut between a rename and its directory sync can keep both names of the
+        // file where renames are not atomic across crashes (ext4's are; `SimFs`'s are not):
+        // a kept file that is also a segment must never be overwritten.
+        if !recycled.is_empty() {
+            let mut segment_files: Vec<u64> = stats.iter().map(|s| s.identity[0]).collect();
+            segment_files.push(fs.file_stat(&active.path)?.identity[0]);
+            let mut kept = Vec::with_capacity(recycled.len());
+            for path in recycled {
+                if segment_files.contains(&fs.file_stat(&path)?.identity[0]) {
+                    tracing::warn!(file = %path.display(), "a kept segment file is also a segment; dropping the kept name");
+                    fs.remove_file(&path)?;
+                } else {
+                    kept.push(path);
+                }
+            }
+            recycled = kept;
+        }
         let index_file = fs.open_or_create(&active.index_path)?;
         let allocated = active.with_file(|f| f.len())?;
         let entries = active.index(interval)?;
@@ -545,6 +577,7 @@ impl TopicLog {
             poison,
             sealing: std::collections::VecDeque::new(),
             spare: None,
+            recycled,
             summaries,
         };
         // A segment made from a spare has its name made durable by its sealing thread
@@ -798,8 +831,39 @@ impl TopicLog {
         close_files(&read_lock(&self.reader.segments));
         let spare = if background { self.take_spare() } else { None };
         let from_spare = spare.is_some();
-        let created = match spare {
-            Some(file) => Segment::from_spare(
+        let mut allocated = SEGMENT_HEADER_LEN as u64;
+        // Only where nothing is zeroed ahead (`preallocate`, never with `background`).
+        let reuse = if background {
+            None
+        } else {
+            self.recycled.pop()
+        };
+        let recycled = match reuse {
+            Some(path) => match Segment::from_recycled(
+                &self.fs,
+                &self.dir,
+                &path,
+                s.next,
+                now_ms,
+                self.cfg.max_body,
+                self.poison.clone(),
+            ) {
+                Ok((seg, len)) => {
+                    allocated = len;
+                    Some(seg)
+                }
+                Err(e) => {
+                    // Nothing was renamed yet (or `create` below finds the name taken).
+                    tracing::warn!(error = %e, file = %path.display(), "could not reuse a recycled segment file; creating one");
+                    let _ = self.fs.remove_file(&path);
+                    None
+                }
+            },
+            None => None,
+        };
+        let created = match (spare, recycled) {
+            (_, Some(seg)) => Ok(seg),
+            (Some(file), None) => Segment::from_spare(
                 &self.fs,
                 &self.dir,
                 file,
@@ -808,7 +872,7 @@ impl TopicLog {
                 self.cfg.max_body,
                 self.poison.clone(),
             ),
-            None => Segment::create(
+            (None, None) => Segment::create(
                 &self.fs,
                 &self.dir,
                 s.next,
@@ -828,7 +892,7 @@ impl TopicLog {
         self.index_file = self.fs.open_or_create(&seg.index_path)?;
         self.last_entry = None;
         self.index_count = 0;
-        self.allocated = SEGMENT_HEADER_LEN as u64;
+        self.allocated = allocated;
         write_lock(&self.reader.segments).push(seg.clone());
         let old = std::mem::replace(&mut self.active, seg);
         if background {
@@ -956,7 +1020,22 @@ impl TopicLog {
         }
         for seg in &removed {
             tracing::info!(segment = %seg.path.display(), next = seg.next(), "retention deleted a segment");
-            self.fs.remove_file(&seg.path)?;
+            // Kept for a roll to overwrite (every block of it written once, so no zeros
+            // ahead), unless a reader still holds it: its open descriptor would then read
+            // the new records where it expects the old ones.
+            if self.cfg.preallocate
+                && self.recycled.len() < MAX_RECYCLED
+                && Arc::strong_count(seg) == 1
+            {
+                seg.close_file();
+                let mut name = seg.path.clone().into_os_string();
+                name.push(segment::RECYCLED_SUFFIX);
+                let to = PathBuf::from(name);
+                self.fs.rename(&seg.path, &to)?;
+                self.recycled.push(to);
+            } else {
+                self.fs.remove_file(&seg.path)?;
+            }
             self.fs.remove_file(&seg.index_path)?;
             // Durable before the next deletion, oldest first: a power cut must not keep a
             // later segment's deletion and lose an earlier one's (open would find a gap).
@@ -1227,6 +1306,207 @@ mod tests {
             };
             log.append(&[m], 0).expect("append");
         }
+    }
+
+    /// `Sync=Always`'s layout: zeros ahead, sealed inline.
+    fn always_cfg() -> LogConfig {
+        LogConfig {
+            segment_bytes: 64 * 1024,
+            index_interval_bytes: 4096,
+            max_body: 1 << 16,
+            preallocate: true,
+            seal_in_background: false,
+        }
+    }
+
+    /// The kept files' names, inodes and lengths.
+    fn recycled_in(dir: &Path) -> Vec<(String, u64, u64)> {
+        use std::os::unix::fs::MetadataExt;
+        let mut v: Vec<(String, u64, u64)> = std::fs::read_dir(dir)
+            .expect("dir")
+            .map(|e| e.expect("entry"))
+            .filter(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .ends_with(segment::RECYCLED_SUFFIX)
+            })
+            .map(|e| {
+                let m = e.metadata().expect("meta");
+                (
+                    e.file_name().to_string_lossy().into_owned(),
+                    m.ino(),
+                    m.len(),
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    }
+
+    fn ino(path: &Path) -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(path).expect("meta").ino()
+    }
+
+    /// Every record from `from` on is there once, in order, up to `next`.
+    fn assert_dense(log: &TopicLog, from: u64) {
+        let recs = log
+            .reader()
+            .read(from, usize::MAX, usize::MAX)
+            .expect("read");
+        assert_eq!(recs.len() as u64, log.next() - from);
+        for (r, want) in recs.iter().zip(from..) {
+            assert_eq!(r.offset, want);
+            assert_eq!(&r.payload[..], &[7u8; 200][..]);
+        }
+    }
+
+    /// Under `Sync=Always` retention keeps deleted segment files (at most `MAX_RECYCLED`)
+    /// and the next rolls overwrite them instead of zeroing new files ahead; the old
+    /// records behind the new ones are never read, also not after a reopen, which trims
+    /// them off the active segment.
+    #[test]
+    fn retention_under_always_keeps_deleted_files_for_the_next_rolls() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let mut log = TopicLog::open(&Fs::real(), tmp.path(), always_cfg(), 0).expect("open");
+        assert!(append_until_segments(&mut log, 5));
+        let old: Vec<PathBuf> = log.reader().snapshot()[..3]
+            .iter()
+            .map(|s| s.path.clone())
+            .collect();
+        let inodes: Vec<u64> = old.iter().map(|p| ino(p)).collect();
+        assert_eq!(log.apply_retention(0, 1, 0).expect("retention"), 4);
+        let kept = recycled_in(tmp.path());
+        assert_eq!(kept.len(), MAX_RECYCLED, "{kept:?}");
+        assert!(
+            kept.iter().all(|k| inodes[..2].contains(&k.1)),
+            "the oldest two kept"
+        );
+        assert!(old.iter().all(|p| !p.exists()), "no longer segments");
+        let earliest = log.reader().earliest();
+        // The next two rolls take the kept files (newest name first), a third creates one.
+        for (round, want) in [Some(&kept[1]), Some(&kept[0]), None]
+            .into_iter()
+            .enumerate()
+        {
+            let before = log.reader().snapshot().len();
+            assert!(append_until_segments(&mut log, before + 1));
+            let active = log.active().path.clone();
+            let behind = std::fs::read(&active).expect("read")[log.active().end() as usize..]
+                .iter()
+                .any(|&b| b != 0);
+            match want {
+                Some((_, i, len)) => {
+                    assert_eq!(ino(&active), *i, "round {round}: reused");
+                    assert_eq!(log.allocated, *len, "round {round}: no zeros ahead");
+                    assert!(behind, "round {round}: old records behind the new ones");
+                }
+                None => assert!(!behind, "round {round}: a new file, zeros ahead"),
+            }
+            assert_eq!(recycled_in(tmp.path()).len(), 1 - round.min(1));
+            assert_dense(&log, earliest);
+        }
+        // A few records into a reused file, then killed (no close) and opened again.
+        assert_eq!(log.apply_retention(0, 1, 0).expect("retention"), 3);
+        let before = log.reader().snapshot().len();
+        assert!(append_until_segments(&mut log, before + 1));
+        append(&mut log, 3);
+        let (next, earliest) = (log.next(), log.reader().earliest());
+        let active = log.active().path.clone();
+        assert!(
+            std::fs::metadata(&active).expect("meta").len() > 16 * 1024,
+            "old records behind"
+        );
+        std::mem::forget(log);
+        let log = TopicLog::open(&Fs::real(), tmp.path(), always_cfg(), 0).expect("reopen");
+        assert_eq!(log.next(), next);
+        assert_dense(&log, earliest);
+        assert_eq!(
+            log.active().end(),
+            std::fs::metadata(&active).expect("meta").len(),
+            "trimmed"
+        );
+        assert_eq!(
+            recycled_in(tmp.path()).len(),
+            MAX_RECYCLED - 1,
+            "kept across the reopen"
+        );
+        drop(log);
+        // Opened under a policy that writes no zeros ahead: the kept files go.
+        let mut cfg = always_cfg();
+        cfg.preallocate = false;
+        let log = TopicLog::open(&Fs::real(), tmp.path(), cfg, 0).expect("reopen");
+        assert!(recycled_in(tmp.path()).is_empty());
+        assert_eq!(log.next(), next);
+    }
+
+    /// A power cut between retention's rename of a segment to a kept file and its
+    /// directory sync can keep both names on a file system whose renames are not atomic
+    /// across crashes (`SimFs`): open drops the kept name, so no roll overwrites a segment.
+    #[test]
+    fn a_kept_file_that_is_still_a_segment_after_a_power_cut_is_not_reused() {
+        use crate::io::sim::SimFs;
+        let mut cfg = sim_cfg();
+        cfg.preallocate = true;
+        cfg.seal_in_background = false;
+        let mut both = 0;
+        for seed in 1..=40 {
+            let fs = SimFs::new(seed);
+            let dir = Path::new("/t");
+            let mut log =
+                TopicLog::open(&Fs::new(Arc::new(fs.clone())), dir, cfg, 0).expect("open");
+            assert!(append_until_segments(&mut log, 3));
+            log.sync().expect("sync");
+            let first = log.reader().snapshot()[0].path.clone();
+            let mut kept = first.clone().into_os_string();
+            kept.push(segment::RECYCLED_SUFFIX);
+            // Just before the first deletion's index removal: after its rename.
+            fs.cut_at_op(fs.ops() + 2);
+            assert_eq!(log.apply_retention(0, 1, 0).expect("retention"), 2);
+            drop(log);
+            let image = fs.crash_image().expect("cut");
+            if image.read_file(&first).is_none() || image.read_file(Path::new(&kept)).is_none() {
+                continue;
+            }
+            both += 1;
+            let mut log =
+                TopicLog::open(&Fs::new(Arc::new(image.clone())), dir, cfg, 0).expect("reopen");
+            assert!(log.recycled.is_empty(), "seed {seed}: {:?}", log.recycled);
+            let earliest = log.reader().earliest();
+            assert_eq!(earliest, 0, "seed {seed}: the first segment is back");
+            let before = log.reader().snapshot().len();
+            assert!(append_until_segments(&mut log, before + 2));
+            assert_dense(&log, earliest);
+        }
+        assert!(both >= 3, "only {both} seeds kept both names");
+    }
+
+    /// A segment a reader still holds is deleted, not kept: its open descriptor would
+    /// read the new records in place of the old ones.
+    #[test]
+    fn retention_does_not_keep_a_file_a_reader_holds() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let mut log = TopicLog::open(&Fs::real(), tmp.path(), always_cfg(), 0).expect("open");
+        assert!(append_until_segments(&mut log, 3));
+        let held = log.reader().snapshot();
+        assert_eq!(log.apply_retention(0, 1, 0).expect("retention"), 2);
+        assert!(recycled_in(tmp.path()).is_empty());
+        drop(held);
+        assert!(append_until_segments(&mut log, 3));
+        assert_eq!(log.apply_retention(0, 1, 0).expect("retention"), 2);
+        assert_eq!(recycled_in(tmp.path()).len(), 2);
+    }
+
+    /// Other policies keep no file: nothing is zeroed ahead there.
+    #[test]
+    fn retention_without_zeros_ahead_keeps_no_file() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let mut cfg = always_cfg();
+        cfg.preallocate = false;
+        let mut log = TopicLog::open(&Fs::real(), tmp.path(), cfg, 0).expect("open");
+        assert!(append_until_segments(&mut log, 3));
+        assert_eq!(log.apply_retention(0, 1, 0).expect("retention"), 2);
+        assert!(recycled_in(tmp.path()).is_empty());
     }
 
     /// A log of `n` records in `dir`, opened again: its sealed segments come from disk

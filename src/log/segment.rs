@@ -196,6 +196,33 @@ impl Segment {
         Segment::fresh(fs, dir, file, base, max_body, poison)
     }
 
+    /// Makes a recycled file (a segment retention deleted, see `RECYCLED_SUFFIX`) the new
+    /// active segment: its real header written and synced before the rename (a power cut
+    /// never leaves the new name on the old header), then renamed and the directory
+    /// synced, as `create` does. The old records behind the header are free space: their
+    /// offsets are below `base`, so a scan stops at the first one (see `scan`), and a roll
+    /// trims what the new records did not overwrite. Returns the segment and the file's
+    /// length (all of it written once, so overwriting it needs no zeros ahead).
+    pub(crate) fn from_recycled(
+        fs: &Fs,
+        dir: &Path,
+        recycled: &Path,
+        base: u64,
+        now_ms: u64,
+        max_body: usize,
+        poison: Poison,
+    ) -> Result<(Segment, u64)> {
+        let file = fs.open(recycled)?;
+        file.write_all_at(&fmt::encode_header(base, now_ms, 0), 0)?;
+        file.sync_data()?;
+        let len = file.len()?;
+        let path = dir.join(segment_file_name(base));
+        fs.rename(recycled, &path)?;
+        let seg = Segment::fresh(fs, dir, file.renamed(&path), base, max_body, poison)?;
+        fs.sync_dir(dir)?;
+        Ok((seg, len))
+    }
+
     fn fresh(
         fs: &Fs,
         dir: &Path,
@@ -900,6 +927,11 @@ fn read_header(file: &DataFile) -> Result<fmt::SegmentHeader> {
 
 /// The name of a topic's spare file (`FLAG_SPARE`).
 pub(crate) const SPARE_FILE_NAME: &str = "spare.log.next";
+
+/// Appended to a segment file's name when retention keeps it for a later roll to reuse
+/// (`Sync=Always`: see `TopicLog::apply_retention`). Not a `.log` file: open never takes it
+/// for a segment.
+pub(crate) const RECYCLED_SUFFIX: &str = ".recycled";
 
 /// Makes a spare file for the next roll, header synced (off the roll, on a thread).
 pub(crate) fn make_spare(fs: &Fs, dir: &Path) -> Result<DataFile> {

@@ -196,7 +196,10 @@ impl World {
         let (earliest, next) = t
             .as_ref()
             .map_or((0, 0), |t| (t.reader.earliest(), t.reader.next()));
-        let recs = e.fetch("t", earliest, usize::MAX).expect("fetch");
+        let recs = match e.fetch("t", earliest, usize::MAX) {
+            Ok(recs) => recs,
+            Err(err) => self.fail(format!("{what}: fetch: {err}")),
+        };
         for (i, name) in GROUPS.iter().enumerate() {
             let gm = &self.g[i];
             let r = gm.r.as_ref().expect("ref");
