@@ -90,6 +90,9 @@ const READ_CAPACITY_MAX: usize = 4096;
 
 /// Zeros written ahead of the records at a time.
 const PREALLOCATE_BYTES: u64 = 1 << 20;
+/// Zeros after each write into a reused file (`stale_until`): a frame's length field and
+/// crc, so that a scan stops there ("frame shorter than a record body").
+const TERMINATOR_BYTES: u64 = record::FRAME_HEADER_LEN as u64;
 /// Segment files retention keeps for later rolls to reuse (`preallocate`): enough for the
 /// rolls between two retention checks of a busy topic, bounded in disk space.
 const MAX_RECYCLED: usize = 2;
@@ -270,6 +273,11 @@ pub struct TopicLog {
     /// Length of the active segment file: zeros are written ahead of the records so that
     /// a sync after an append only flushes data, not a size change (see `flush`).
     allocated: u64,
+    /// Where the old records end in an active segment reused from a kept file (0: none
+    /// are left). Each write ends with zeros while it is below: the old bytes at the end
+    /// of the new records could hold a valid frame (inside an old payload, which a
+    /// publisher chose) that a scan after a reopen would take for the next record.
+    stale_until: u64,
     buf: Vec<u8>,
     index_buf: Vec<u8>,
     /// The index entries of the batch being appended (kept: no allocation per append).
@@ -314,11 +322,26 @@ impl TopicLog {
         }
         bases.sort_unstable();
         recycled.sort_unstable();
-        // Kept only where rolls reuse them (a log opened under another policy since).
-        let keep = if cfg.preallocate { MAX_RECYCLED } else { 0 };
-        for path in recycled.drain(keep.min(recycled.len())..) {
-            fs.remove_file(&path)?;
+        // Kept only where rolls reuse them (a log opened under another policy since), and
+        // only from below the log's first segment, as retention leaves them: the old
+        // records in one must all have offsets below every new segment's base (a log whose
+        // segments were deleted by hand starts again at 0).
+        let first = bases.first().copied();
+        let (mut keep, mut gone): (Vec<PathBuf>, Vec<PathBuf>) =
+            recycled.into_iter().partition(|p| {
+                let base = p
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .and_then(|n| n.strip_suffix(segment::RECYCLED_SUFFIX))
+                    .and_then(|n| n.strip_suffix(".log"))
+                    .and_then(parse_base);
+                cfg.preallocate && matches!((base, first), (Some(b), Some(f)) if b < f)
+            });
+        gone.extend(keep.split_off(MAX_RECYCLED.min(keep.len())));
+        for path in &gone {
+            fs.remove_file(path)?;
         }
+        let mut recycled = keep;
         for b in stray_indexes {
             if bases.binary_search(&b).is_err() {
                 // Left behind by retention stopped half-way.
@@ -571,6 +594,9 @@ impl TopicLog {
             last_entry,
             index_count: entries.len() as u64,
             allocated,
+            // Open truncated any old records off the active segment (its scan stops at
+            // the zeros after the last write).
+            stale_until: 0,
             buf: Vec::new(),
             index_buf: Vec::new(),
             entries: Vec::new(),
@@ -729,6 +755,11 @@ impl TopicLog {
             self.index_buf.clear();
             return Err(e);
         }
+        // In the same write as the records, so that whatever has them after a kill also
+        // has the zeros (see `stale_until`; a power cut tearing the write is README's
+        // known limit).
+        let zeros = self.stale_until.saturating_sub(need).min(TERMINATOR_BYTES);
+        self.buf.resize(self.buf.len() + zeros as usize, 0);
         if let Err(e) = self.active.with_file(|f| f.write_all_at(&self.buf, at)) {
             let _ = self.poison.set(format!("write failed: {e}"));
             self.buf.clear();
@@ -832,6 +863,7 @@ impl TopicLog {
         let spare = if background { self.take_spare() } else { None };
         let from_spare = spare.is_some();
         let mut allocated = SEGMENT_HEADER_LEN as u64;
+        let mut stale_until = 0;
         // Only where nothing is zeroed ahead (`preallocate`, never with `background`).
         let reuse = if background {
             None
@@ -850,6 +882,7 @@ impl TopicLog {
             ) {
                 Ok((seg, len)) => {
                     allocated = len;
+                    stale_until = len;
                     Some(seg)
                 }
                 Err(e) => {
@@ -893,6 +926,7 @@ impl TopicLog {
         self.last_entry = None;
         self.index_count = 0;
         self.allocated = allocated;
+        self.stale_until = stale_until;
         write_lock(&self.reader.segments).push(seg.clone());
         let old = std::mem::replace(&mut self.active, seg);
         if background {
@@ -1479,6 +1513,97 @@ mod tests {
             assert_dense(&log, earliest);
         }
         assert!(both >= 3, "only {both} seeds kept both names");
+    }
+
+    /// The bytes behind the records of a reused file are old payloads, which publishers
+    /// chose: a frame inside one, numbered as the next record and lying exactly where the
+    /// new records end, must not be taken for a record at the next open (each write into
+    /// a reused file ends with zeros). Found by review.
+    #[test]
+    fn a_frame_inside_an_old_payload_is_not_taken_for_a_record_after_a_reopen() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let headers = Headers::new();
+        let app = |log: &mut TopicLog, p: &[u8]| {
+            log.append(
+                &[Append {
+                    payload: p,
+                    headers: &headers,
+                    headers_len: record::headers_len(&headers),
+                }],
+                0,
+            )
+            .expect("append")
+        };
+        const K: u64 = 13;
+        let mut forged = Vec::new();
+        record::encode(&mut forged, K, 0, &headers, b"FORGED: never appended");
+        let mut p0 = vec![b'x'; 40_000];
+        p0[20_000..20_000 + forged.len()].copy_from_slice(&forged);
+        let mut log = TopicLog::open(&Fs::real(), tmp.path(), always_cfg(), 0).expect("open");
+        assert_eq!(app(&mut log, &p0), 0);
+        let old = std::fs::read(&log.active().path).expect("read");
+        let pf = old
+            .windows(forged.len())
+            .position(|w| w == &forged[..])
+            .expect("frame in file");
+        assert_eq!(app(&mut log, &[1u8; 30_000]), 1, "rolls to segment 1");
+        assert_eq!(log.apply_retention(0, 1, 0).expect("retention"), 1);
+        assert_eq!(log.recycled.len(), 1, "segment 0's file kept");
+        assert_eq!(app(&mut log, &[2u8; 30_000]), 2);
+        // Offset 3 rolls into the kept file; offsets 3..K end exactly at the frame.
+        let (small, overhead) = (1000usize, record::RECORD_OVERHEAD + 1);
+        let first_len = pf - SEGMENT_HEADER_LEN - (K as usize - 4) * (overhead + small) - overhead;
+        assert_eq!(app(&mut log, &vec![3u8; first_len]), 3);
+        assert!(log.recycled.is_empty(), "the roll reused it");
+        for _ in 4..K {
+            app(&mut log, &[4u8; 1000]);
+        }
+        assert_eq!(log.next(), K);
+        assert_eq!(log.active().end() as usize, pf);
+        // Killed: nothing trims the active file.
+        std::mem::forget(log);
+        let mut log = TopicLog::open(&Fs::real(), tmp.path(), always_cfg(), 0).expect("reopen");
+        assert_eq!(log.next(), K, "no record nobody appended");
+        assert_eq!(app(&mut log, &[5u8; 10]), K);
+        let last = log.reader().read(K, 1, usize::MAX).expect("read");
+        assert_eq!(&last[0].payload[..], &[5u8; 10][..]);
+    }
+
+    /// Kept files are used only below the log's first segment, where retention leaves
+    /// them: a log whose segments were deleted by hand starts again at offset 0, and the
+    /// old records in a kept file would then carry the offsets of new ones (here a
+    /// process killed between a roll into one and the roll's first write: open would take
+    /// the old records for new).
+    #[test]
+    fn kept_files_of_a_log_deleted_by_hand_are_removed() {
+        use crate::io::sim::SimFs;
+        let mut cfg = sim_cfg();
+        cfg.preallocate = true;
+        cfg.seal_in_background = false;
+        let sim = SimFs::new(1);
+        let fs = Fs::new(Arc::new(sim.clone()));
+        let dir = Path::new("/t");
+        let mut log = TopicLog::open(&fs, dir, cfg, 0).expect("open");
+        assert!(append_until_segments(&mut log, 3));
+        let second = log.reader().snapshot()[1].base;
+        assert_eq!(log.apply_retention(0, 1, 0).expect("retention"), 2);
+        assert_eq!(log.recycled.len(), 2);
+        drop(log);
+        for name in fs.list_dir(dir).expect("list") {
+            if name.ends_with(".log") || name.ends_with(".idx") {
+                fs.remove_file(&dir.join(name)).expect("rm");
+            }
+        }
+        let mut log = TopicLog::open(&fs, dir, cfg, 0).expect("reopen");
+        assert!(log.recycled.is_empty(), "{:?}", log.recycled);
+        // The same records again: the roll to `second` would take its old file.
+        sim.fail_writes_to(Some(&dir.join(segment::segment_file_name(second))));
+        assert!(!append_until_segments(&mut log, 3));
+        let killed = sim.process_crash_now();
+        drop(log);
+        let log = TopicLog::open(&Fs::new(Arc::new(killed)), dir, cfg, 0).expect("reopen");
+        assert_eq!(log.next(), second);
+        assert_dense(&log, 0);
     }
 
     /// A segment a reader still holds is deleted, not kept: its open descriptor would
