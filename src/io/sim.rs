@@ -467,8 +467,9 @@ impl Backend for SimFs {
             .names
             .get(path)
             .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"))?;
-        // A file made anew has a new id (sealed segments, the only files compared by
-        // identity, are not written again).
+        // A file made anew has a new id. Sealed segments, the only files compared by
+        // identity (in `sealed.sum`, by base), are not written again; a kept file that a
+        // roll reuses keeps its id, but under a base above any it had before.
         Ok(super::FileStat {
             len: s.file(id)?.live.len() as u64,
             identity: [id, 0],
