@@ -1758,7 +1758,8 @@ mod tests {
             segment_bytes: 300_000,
             index_interval_bytes: 4096,
             max_body: 1 << 20,
-            preallocate: seal_in_background,
+            // `Sync=None`'s layout, or `Always`'s (zeros ahead, retention's files reused).
+            preallocate: !seal_in_background,
             seal_in_background,
         };
         let mut log = TopicLog::open(&Fs::real(), tmp.path(), cfg, 0).expect("open");
