@@ -231,6 +231,37 @@ impl SimFs {
         }
     }
 
+    /// As `process_crash_now`, killed inside its last write to `path` (not synced since):
+    /// only the bytes of that write below `upto` are there. The kernel copies a write page
+    /// by page and stops at a fatal signal, so `upto` should be a page boundary.
+    pub fn process_crash_in_last_write(&self, path: &Path, upto: u64) -> SimFs {
+        let image = self.process_crash_now();
+        {
+            let mut s = image.lock();
+            let id = *s.names.get(path).expect("the file exists");
+            let f = s.files.get_mut(&id).expect("the file");
+            let Some(Pending::Write(pos, bytes)) = f.pending.pop() else {
+                panic!(
+                    "the last change to {} since its sync is not a write",
+                    path.display()
+                );
+            };
+            let keep = upto.clamp(pos, pos + bytes.len() as u64) - pos;
+            let cut = bytes[..keep as usize].to_vec();
+            let mut live = f.durable.clone();
+            for p in &f.pending {
+                match p {
+                    Pending::SetLen(len) => live.resize(*len as usize, 0),
+                    Pending::Write(at, b) => write_into(&mut live, *at, b),
+                }
+            }
+            write_into(&mut live, pos, &cut);
+            f.live = live;
+            f.pending.push(Pending::Write(pos, cut));
+        }
+        image
+    }
+
     /// Bytes of a file as currently visible (for tests that corrupt files on purpose).
     pub fn read_file(&self, path: &Path) -> Option<Vec<u8>> {
         let s = self.lock();

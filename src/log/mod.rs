@@ -90,9 +90,13 @@ const READ_CAPACITY_MAX: usize = 4096;
 
 /// Zeros written ahead of the records at a time.
 const PREALLOCATE_BYTES: u64 = 1 << 20;
-/// Zeros after each write into a reused file (`stale_until`): a frame's length field and
+/// Zeros past each write into a reused file (`stale_until`): a frame's length field and
 /// crc, so that a scan stops there ("frame shorter than a record body").
 const TERMINATOR_BYTES: u64 = record::FRAME_HEADER_LEN as u64;
+/// Written ahead of records into a reused file (see `flush`), a chunk at a time.
+static ZERO_CHUNK: [u8; 64 * 1024] = [0; 64 * 1024];
+/// The page cache's unit: the zeros ahead of records into a reused file go to its end.
+const PAGE_BYTES: u64 = 4096;
 /// Segment files retention keeps for later rolls to reuse (`preallocate`): enough for the
 /// rolls between two retention checks of a busy topic, bounded in disk space.
 const MAX_RECYCLED: usize = 2;
@@ -274,10 +278,14 @@ pub struct TopicLog {
     /// a sync after an append only flushes data, not a size change (see `flush`).
     allocated: u64,
     /// Where the old records end in an active segment reused from a kept file (0: none
-    /// are left). Each write ends with zeros while it is below: the old bytes at the end
-    /// of the new records could hold a valid frame (inside an old payload, which a
-    /// publisher chose) that a scan after a reopen would take for the next record.
+    /// are left). Below it, each write of records is preceded by zeros over its range and
+    /// a frame header past it: the old bytes at the end of the new records could hold a
+    /// valid frame (inside an old payload, which a publisher chose) that a scan after a
+    /// reopen would take for the next record.
     stale_until: u64,
+    /// Below `stale_until`: the bytes from the active segment's end up to here are zeros
+    /// (written by `flush`, at least a frame header past the records).
+    zeroed_to: u64,
     buf: Vec<u8>,
     index_buf: Vec<u8>,
     /// The index entries of the batch being appended (kept: no allocation per append).
@@ -597,6 +605,7 @@ impl TopicLog {
             // Open truncated any old records off the active segment (its scan stops at
             // the zeros after the last write).
             stale_until: 0,
+            zeroed_to: 0,
             buf: Vec::new(),
             index_buf: Vec::new(),
             entries: Vec::new(),
@@ -755,12 +764,33 @@ impl TopicLog {
             self.index_buf.clear();
             return Err(e);
         }
-        // In the same write as the records, so that whatever has them after a kill also
-        // has the zeros (see `stale_until`; a power cut tearing the write is README's
-        // known limit).
-        let zeros = self.stale_until.saturating_sub(need).min(TERMINATOR_BYTES);
-        self.buf.resize(self.buf.len() + zeros as usize, 0);
-        if let Err(e) = self.active.with_file(|f| f.write_all_at(&self.buf, at)) {
+        // Old bytes below `stale_until`: zeros first, over the records' range and a frame
+        // header past it, then the records. A kill can cut a write short at any page (the
+        // kernel stops copying at a fatal signal), so only zeros may follow the whole
+        // records that such a write leaves (a power cut tearing the unsynced writes is
+        // README's known limit). To the end of a page: that page is written back with the
+        // records anyway, and the next records into it need no zeros of their own.
+        debug_assert!(at >= self.stale_until || self.zeroed_to >= at);
+        let want = (need + TERMINATOR_BYTES).min(self.stale_until);
+        let zeroed = if want > self.zeroed_to {
+            let to = want.next_multiple_of(PAGE_BYTES).min(self.stale_until);
+            let from = self.zeroed_to;
+            self.zeroed_to = to;
+            self.active.with_file(|f| {
+                let mut from = from;
+                while from < to {
+                    let n = (to - from).min(ZERO_CHUNK.len() as u64);
+                    f.write_all_at(&ZERO_CHUNK[..n as usize], from)?;
+                    from += n;
+                }
+                Ok(())
+            })
+        } else {
+            Ok(())
+        };
+        if let Err(e) =
+            zeroed.and_then(|()| self.active.with_file(|f| f.write_all_at(&self.buf, at)))
+        {
             let _ = self.poison.set(format!("write failed: {e}"));
             self.buf.clear();
             self.index_buf.clear();
@@ -927,6 +957,8 @@ impl TopicLog {
         self.index_count = 0;
         self.allocated = allocated;
         self.stale_until = stale_until;
+        // The old records start right after the new header.
+        self.zeroed_to = SEGMENT_HEADER_LEN as u64;
         write_lock(&self.reader.segments).push(seg.clone());
         let old = std::mem::replace(&mut self.active, seg);
         if background {
@@ -1567,6 +1599,66 @@ mod tests {
         assert_eq!(app(&mut log, &[5u8; 10]), K);
         let last = log.reader().read(K, 1, usize::MAX).expect("read");
         assert_eq!(&last[0].payload[..], &[5u8; 10][..]);
+    }
+
+    /// As above, with the process killed inside the write of the last records, after
+    /// they were copied but before the zeros behind them were (the kernel copies a write
+    /// page by page and stops at a fatal signal): the zeros are written before the records,
+    /// so what a cut-short write leaves behind them is zeros, never old bytes. Found by
+    /// review.
+    #[test]
+    fn a_kill_inside_a_write_into_a_reused_file_leaves_no_old_frame_behind_the_records() {
+        use crate::io::sim::SimFs;
+        let cfg = LogConfig {
+            max_body: 1 << 17,
+            ..always_cfg()
+        };
+        let sim = SimFs::new(1);
+        let fs = Fs::new(Arc::new(sim.clone()));
+        let dir = Path::new("/t");
+        let headers = Headers::new();
+        let app = |log: &mut TopicLog, p: &[u8]| {
+            log.append(
+                &[Append {
+                    payload: p,
+                    headers: &headers,
+                    headers_len: record::headers_len(&headers),
+                }],
+                0,
+            )
+            .expect("append")
+        };
+        const K: u64 = 13;
+        let mut forged = Vec::new();
+        record::encode(&mut forged, K, 0, &headers, b"FORGED: never appended");
+        let mut p0 = vec![b'x'; 40_000];
+        // At the start of the file's sixth page.
+        let at = 5 * 4096 - SEGMENT_HEADER_LEN - record::RECORD_OVERHEAD - 1;
+        p0[at..at + forged.len()].copy_from_slice(&forged);
+        let mut log = TopicLog::open(&fs, dir, cfg, 0).expect("open");
+        assert_eq!(app(&mut log, &p0), 0);
+        let old = sim.read_file(&log.active().path).expect("read");
+        let pf = old
+            .windows(forged.len())
+            .position(|w| w == &forged[..])
+            .expect("frame in file");
+        assert_eq!(pf % 4096, 0, "a page boundary");
+        assert_eq!(app(&mut log, &[1u8; 30_000]), 1, "rolls to segment 1");
+        assert_eq!(log.apply_retention(0, 1, 0).expect("retention"), 1);
+        assert_eq!(app(&mut log, &[2u8; 30_000]), 2);
+        let (small, overhead) = (1000usize, record::RECORD_OVERHEAD + 1);
+        let first_len = pf - SEGMENT_HEADER_LEN - (K as usize - 4) * (overhead + small) - overhead;
+        assert_eq!(app(&mut log, &vec![3u8; first_len]), 3);
+        assert!(log.recycled.is_empty(), "the roll reused it");
+        for _ in 4..K {
+            app(&mut log, &[4u8; 1000]);
+        }
+        assert_eq!(log.active().end() as usize, pf);
+        let path = log.active().path.clone();
+        let killed = sim.process_crash_in_last_write(&path, pf as u64);
+        drop(log);
+        let log = TopicLog::open(&Fs::new(Arc::new(killed)), dir, cfg, 0).expect("reopen");
+        assert_eq!(log.next(), K, "no record nobody appended");
     }
 
     /// Kept files are used only below the log's first segment, where retention leaves
