@@ -472,6 +472,7 @@ impl Backend for SimFs {
     }
 
     fn open_or_create(&self, path: &Path) -> std::io::Result<Arc<dyn FileIo>> {
+        self.injected_if(|p| p == path)?;
         let mut s = self.lock();
         let id = match s.names.get(path) {
             Some(id) => *id,

@@ -952,7 +952,17 @@ impl TopicLog {
                 return Err(e);
             }
         };
-        self.index_file = self.fs.open_or_create(&seg.index_path)?;
+        // The new segment's file exists: records appended to the sealed one instead would
+        // overlap its base.
+        self.index_file = match self.fs.open_or_create(&seg.index_path) {
+            Ok(f) => f,
+            Err(e) => {
+                let _ = self
+                    .poison
+                    .set(format!("could not start a segment's index: {e}"));
+                return Err(e);
+            }
+        };
         self.last_entry = None;
         self.index_count = 0;
         self.allocated = allocated;
@@ -1659,6 +1669,51 @@ mod tests {
         drop(log);
         let log = TopicLog::open(&Fs::new(Arc::new(killed)), dir, cfg, 0).expect("reopen");
         assert_eq!(log.next(), K, "no record nobody appended");
+    }
+
+    /// A roll whose new segment's index file cannot be opened stops the topic: the
+    /// segment file exists already, and records appended to the sealed one instead would
+    /// overlap its base (open: "gap in the log"). Found by review.
+    #[test]
+    fn a_roll_that_cannot_open_the_new_index_poisons_the_topic() {
+        use crate::io::sim::SimFs;
+        let sim = SimFs::new(3);
+        let fs = Fs::new(Arc::new(sim.clone()));
+        let dir = Path::new("/t");
+        let mut cfg = sim_cfg();
+        cfg.seal_in_background = false;
+        let mut log = TopicLog::open(&fs, dir, cfg, 0).expect("open");
+        let failed = loop {
+            // Fails only if this append rolls (its record starts the next segment).
+            sim.fail_writes_to(Some(&dir.join(segment::index_file_name(log.next()))));
+            let before = log.next();
+            if let Err(e) = log.append(
+                &[Append {
+                    payload: &[7u8; 200],
+                    headers: &Headers::new(),
+                    headers_len: record::headers_len(&Headers::new()),
+                }],
+                0,
+            ) {
+                break (before, e);
+            }
+        };
+        sim.fail_writes_to(None);
+        assert!(matches!(failed.1, Error::Io { .. }), "{:?}", failed.1);
+        let more = log.append(
+            &[Append {
+                payload: &[7u8; 10],
+                headers: &Headers::new(),
+                headers_len: record::headers_len(&Headers::new()),
+            }],
+            0,
+        );
+        assert!(matches!(more, Err(Error::Poisoned { .. })), "{more:?}");
+        let killed = sim.process_crash_now();
+        drop(log);
+        let log = TopicLog::open(&Fs::new(Arc::new(killed)), dir, cfg, 0).expect("reopen");
+        assert_eq!(log.next(), failed.0);
+        assert_dense(&log, 0);
     }
 
     /// Kept files are used only below the log's first segment, where retention leaves
