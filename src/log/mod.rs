@@ -93,8 +93,8 @@ const PREALLOCATE_BYTES: u64 = 1 << 20;
 /// Zeros past each write into a reused file (`stale_until`): a frame's length field and
 /// crc, so that a scan stops there ("frame shorter than a record body").
 const TERMINATOR_BYTES: u64 = record::FRAME_HEADER_LEN as u64;
-/// Written ahead of records into a reused file (see `flush`), a chunk at a time.
-static ZERO_CHUNK: [u8; 64 * 1024] = [0; 64 * 1024];
+/// What `write_zeros` writes, a chunk at a time (static: no allocation per chunk).
+static ZEROS: [u8; PREALLOCATE_BYTES as usize] = [0; PREALLOCATE_BYTES as usize];
 /// The page cache's unit: the zeros ahead of records into a reused file go to its end.
 const PAGE_BYTES: u64 = 4096;
 /// Segment files retention keeps for later rolls to reuse (`preallocate`): enough for the
@@ -774,17 +774,8 @@ impl TopicLog {
         let want = (need + TERMINATOR_BYTES).min(self.stale_until);
         let zeroed = if want > self.zeroed_to {
             let to = want.next_multiple_of(PAGE_BYTES).min(self.stale_until);
-            let from = self.zeroed_to;
-            self.zeroed_to = to;
-            self.active.with_file(|f| {
-                let mut from = from;
-                while from < to {
-                    let n = (to - from).min(ZERO_CHUNK.len() as u64);
-                    f.write_all_at(&ZERO_CHUNK[..n as usize], from)?;
-                    from += n;
-                }
-                Ok(())
-            })
+            let from = std::mem::replace(&mut self.zeroed_to, to);
+            write_zeros(&self.active, from, to)
         } else {
             Ok(())
         };
@@ -846,13 +837,7 @@ impl TopicLog {
         let target = need
             .max((need + PREALLOCATE_BYTES).min(self.cfg.segment_bytes))
             .max(self.allocated);
-        let zeros = vec![0u8; PREALLOCATE_BYTES as usize];
-        let mut at = self.allocated;
-        while at < target {
-            let n = (target - at).min(PREALLOCATE_BYTES) as usize;
-            self.active.with_file(|f| f.write_all_at(&zeros[..n], at))?;
-            at += n as u64;
-        }
+        write_zeros(&self.active, self.allocated, target)?;
         self.allocated = target;
         Ok(())
     }
@@ -1182,6 +1167,17 @@ impl Pending {
             entries,
         }
     }
+}
+
+/// Writes zeros over `[from, to)` of `seg`'s file (not synced).
+fn write_zeros(seg: &Segment, from: u64, to: u64) -> Result<()> {
+    let mut at = from;
+    while at < to {
+        let n = (to - at).min(ZEROS.len() as u64) as usize;
+        seg.with_file(|f| f.write_all_at(&ZEROS[..n], at))?;
+        at += n as u64;
+    }
+    Ok(())
 }
 
 fn parse_base(stem: &str) -> Option<u64> {
