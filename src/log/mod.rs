@@ -1553,118 +1553,103 @@ mod tests {
         assert!(both >= 3, "only {both} seeds kept both names");
     }
 
-    /// The bytes behind the records of a reused file are old payloads, which publishers
-    /// chose: a frame inside one, numbered as the next record and lying exactly where the
-    /// new records end, must not be taken for a record at the next open (each write into
-    /// a reused file ends with zeros). Found by review.
-    #[test]
-    fn a_frame_inside_an_old_payload_is_not_taken_for_a_record_after_a_reopen() {
-        let tmp = tempfile::tempdir().expect("tempdir");
+    fn append_one(log: &mut TopicLog, payload: &[u8]) -> u64 {
         let headers = Headers::new();
-        let app = |log: &mut TopicLog, p: &[u8]| {
-            log.append(
-                &[Append {
-                    payload: p,
-                    headers: &headers,
-                    headers_len: record::headers_len(&headers),
-                }],
-                0,
-            )
-            .expect("append")
+        let m = Append {
+            payload,
+            headers: &headers,
+            headers_len: record::headers_len(&headers),
         };
-        const K: u64 = 13;
+        log.append(&[m], 0).expect("append")
+    }
+
+    /// The offset of the record an old payload forges in `ending_at_a_forged_frame`.
+    const FORGED: u64 = 13;
+
+    /// A log in `dir` (`Always`'s layout, records up to 64 KiB) whose active segment is
+    /// segment 0's file reused, its new records ending exactly where an old payload holds
+    /// a valid frame numbered as the next record (`FORGED`), at the start of the file's
+    /// sixth page (returned).
+    fn ending_at_a_forged_frame(fs: &Fs, dir: &Path) -> (TopicLog, u64) {
+        let cfg = LogConfig {
+            max_body: 1 << 17,
+            ..always_cfg()
+        };
         let mut forged = Vec::new();
-        record::encode(&mut forged, K, 0, &headers, b"FORGED: never appended");
+        record::encode(
+            &mut forged,
+            FORGED,
+            0,
+            &Headers::new(),
+            b"FORGED: never appended",
+        );
         let mut p0 = vec![b'x'; 40_000];
-        p0[20_000..20_000 + forged.len()].copy_from_slice(&forged);
-        let mut log = TopicLog::open(&Fs::real(), tmp.path(), always_cfg(), 0).expect("open");
-        assert_eq!(app(&mut log, &p0), 0);
-        let old = std::fs::read(&log.active().path).expect("read");
+        let at = 5 * 4096 - SEGMENT_HEADER_LEN - record::RECORD_OVERHEAD - 1;
+        p0[at..at + forged.len()].copy_from_slice(&forged);
+        let mut log = TopicLog::open(fs, dir, cfg, 0).expect("open");
+        assert_eq!(append_one(&mut log, &p0), 0);
+        let old = log.active().with_file(|f| f.read_all()).expect("read");
         let pf = old
             .windows(forged.len())
             .position(|w| w == &forged[..])
             .expect("frame in file");
-        assert_eq!(app(&mut log, &[1u8; 30_000]), 1, "rolls to segment 1");
+        assert_eq!(pf, 5 * 4096, "a page boundary");
+        assert_eq!(
+            append_one(&mut log, &[1u8; 30_000]),
+            1,
+            "rolls to segment 1"
+        );
         assert_eq!(log.apply_retention(0, 1, 0).expect("retention"), 1);
         assert_eq!(log.recycled.len(), 1, "segment 0's file kept");
-        assert_eq!(app(&mut log, &[2u8; 30_000]), 2);
-        // Offset 3 rolls into the kept file; offsets 3..K end exactly at the frame.
+        assert_eq!(append_one(&mut log, &[2u8; 30_000]), 2);
+        // Offset 3 rolls into the kept file; offsets 3..FORGED end exactly at the frame.
         let (small, overhead) = (1000usize, record::RECORD_OVERHEAD + 1);
-        let first_len = pf - SEGMENT_HEADER_LEN - (K as usize - 4) * (overhead + small) - overhead;
-        assert_eq!(app(&mut log, &vec![3u8; first_len]), 3);
+        let first_len =
+            pf - SEGMENT_HEADER_LEN - (FORGED as usize - 4) * (overhead + small) - overhead;
+        assert_eq!(append_one(&mut log, &vec![3u8; first_len]), 3);
         assert!(log.recycled.is_empty(), "the roll reused it");
-        for _ in 4..K {
-            app(&mut log, &[4u8; 1000]);
+        for _ in 4..FORGED {
+            append_one(&mut log, &[4u8; 1000]);
         }
-        assert_eq!(log.next(), K);
+        assert_eq!(log.next(), FORGED);
         assert_eq!(log.active().end() as usize, pf);
+        (log, pf as u64)
+    }
+
+    /// The bytes behind the records of a reused file are old payloads, which publishers
+    /// chose: a frame inside one, numbered as the next record and lying exactly where the
+    /// new records end, must not be taken for a record at the next open (zeros are written
+    /// ahead of the records into a reused file). Found by review.
+    #[test]
+    fn a_frame_inside_an_old_payload_is_not_taken_for_a_record_after_a_reopen() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let (log, _) = ending_at_a_forged_frame(&Fs::real(), tmp.path());
+        let cfg = log.cfg;
         // Killed: nothing trims the active file.
         std::mem::forget(log);
-        let mut log = TopicLog::open(&Fs::real(), tmp.path(), always_cfg(), 0).expect("reopen");
-        assert_eq!(log.next(), K, "no record nobody appended");
-        assert_eq!(app(&mut log, &[5u8; 10]), K);
-        let last = log.reader().read(K, 1, usize::MAX).expect("read");
+        let mut log = TopicLog::open(&Fs::real(), tmp.path(), cfg, 0).expect("reopen");
+        assert_eq!(log.next(), FORGED, "no record nobody appended");
+        assert_eq!(append_one(&mut log, &[5u8; 10]), FORGED);
+        let last = log.reader().read(FORGED, 1, usize::MAX).expect("read");
         assert_eq!(&last[0].payload[..], &[5u8; 10][..]);
     }
 
     /// As above, with the process killed inside the write of the last records, after
-    /// they were copied but before the zeros behind them were (the kernel copies a write
+    /// they were copied but before what was meant to follow them (the kernel copies a write
     /// page by page and stops at a fatal signal): the zeros are written before the records,
     /// so what a cut-short write leaves behind them is zeros, never old bytes. Found by
     /// review.
     #[test]
     fn a_kill_inside_a_write_into_a_reused_file_leaves_no_old_frame_behind_the_records() {
         use crate::io::sim::SimFs;
-        let cfg = LogConfig {
-            max_body: 1 << 17,
-            ..always_cfg()
-        };
         let sim = SimFs::new(1);
-        let fs = Fs::new(Arc::new(sim.clone()));
         let dir = Path::new("/t");
-        let headers = Headers::new();
-        let app = |log: &mut TopicLog, p: &[u8]| {
-            log.append(
-                &[Append {
-                    payload: p,
-                    headers: &headers,
-                    headers_len: record::headers_len(&headers),
-                }],
-                0,
-            )
-            .expect("append")
-        };
-        const K: u64 = 13;
-        let mut forged = Vec::new();
-        record::encode(&mut forged, K, 0, &headers, b"FORGED: never appended");
-        let mut p0 = vec![b'x'; 40_000];
-        // At the start of the file's sixth page.
-        let at = 5 * 4096 - SEGMENT_HEADER_LEN - record::RECORD_OVERHEAD - 1;
-        p0[at..at + forged.len()].copy_from_slice(&forged);
-        let mut log = TopicLog::open(&fs, dir, cfg, 0).expect("open");
-        assert_eq!(app(&mut log, &p0), 0);
-        let old = sim.read_file(&log.active().path).expect("read");
-        let pf = old
-            .windows(forged.len())
-            .position(|w| w == &forged[..])
-            .expect("frame in file");
-        assert_eq!(pf % 4096, 0, "a page boundary");
-        assert_eq!(app(&mut log, &[1u8; 30_000]), 1, "rolls to segment 1");
-        assert_eq!(log.apply_retention(0, 1, 0).expect("retention"), 1);
-        assert_eq!(app(&mut log, &[2u8; 30_000]), 2);
-        let (small, overhead) = (1000usize, record::RECORD_OVERHEAD + 1);
-        let first_len = pf - SEGMENT_HEADER_LEN - (K as usize - 4) * (overhead + small) - overhead;
-        assert_eq!(app(&mut log, &vec![3u8; first_len]), 3);
-        assert!(log.recycled.is_empty(), "the roll reused it");
-        for _ in 4..K {
-            app(&mut log, &[4u8; 1000]);
-        }
-        assert_eq!(log.active().end() as usize, pf);
-        let path = log.active().path.clone();
-        let killed = sim.process_crash_in_last_write(&path, pf as u64);
+        let (log, pf) = ending_at_a_forged_frame(&Fs::new(Arc::new(sim.clone())), dir);
+        let (path, cfg) = (log.active().path.clone(), log.cfg);
+        let killed = sim.process_crash_in_last_write(&path, pf);
         drop(log);
         let log = TopicLog::open(&Fs::new(Arc::new(killed)), dir, cfg, 0).expect("reopen");
-        assert_eq!(log.next(), K, "no record nobody appended");
+        assert_eq!(log.next(), FORGED, "no record nobody appended");
     }
 
     /// A roll whose new segment's index file cannot be opened stops the topic: the
