@@ -13,13 +13,28 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::tests::sim_cfg;
-use super::{Append, TopicLog};
+use super::{Append, LogConfig, TopicLog};
 use crate::Headers;
 use crate::format::record;
 use crate::io::Fs;
 
 /// Seeds of the default run (~8 s; the bug above showed at seed 211).
 const DEFAULT_SEEDS: u64 = 300;
+
+/// A reopen's layout: `Sync=None`'s (background sealing) mostly, else inline sealing with
+/// `Always`'s zeros ahead and reused files or with `Interval`'s neither.
+fn pick_layout(
+    cfg: &mut LogConfig,
+    next_rand: &mut impl FnMut(u64) -> u64,
+    trace: &mut Vec<String>,
+) {
+    cfg.seal_in_background = next_rand(4) != 0;
+    cfg.preallocate = !cfg.seal_in_background && next_rand(2) == 0;
+    trace.push(format!(
+        "bg {} zeros {}",
+        cfg.seal_in_background, cfg.preallocate
+    ));
+}
 
 #[test]
 fn random_kills_power_cuts_retention_and_slow_or_failing_syncs_keep_the_log_a_prefix() {
@@ -117,13 +132,7 @@ fn random_kills_power_cuts_retention_and_slow_or_failing_syncs_keep_the_log_a_pr
                 drop(log);
                 fs = image;
                 trace.push(format!("kill at {}", model.len()));
-                cfg.seal_in_background = next_rand(4) != 0;
-                // `Sync=Always`'s zeros ahead and reused files, or `Interval`'s neither.
-                cfg.preallocate = !cfg.seal_in_background && next_rand(2) == 0;
-                trace.push(format!(
-                    "bg {} zeros {}",
-                    cfg.seal_in_background, cfg.preallocate
-                ));
+                pick_layout(&mut cfg, &mut next_rand, &mut trace);
                 log = TopicLog::open(&Fs::new(Arc::new(fs.clone())), dir, cfg, 0)
                     .unwrap_or_else(|e| panic!("seed {seed}: reopen after kill: {e}\n{trace:?}"));
                 assert_eq!(
@@ -150,13 +159,7 @@ fn random_kills_power_cuts_retention_and_slow_or_failing_syncs_keep_the_log_a_pr
                 drop(log);
                 fs = image;
                 trace.push("power cut".into());
-                cfg.seal_in_background = next_rand(4) != 0;
-                // `Sync=Always`'s zeros ahead and reused files, or `Interval`'s neither.
-                cfg.preallocate = !cfg.seal_in_background && next_rand(2) == 0;
-                trace.push(format!(
-                    "bg {} zeros {}",
-                    cfg.seal_in_background, cfg.preallocate
-                ));
+                pick_layout(&mut cfg, &mut next_rand, &mut trace);
                 log = TopicLog::open(&Fs::new(Arc::new(fs.clone())), dir, cfg, 0).unwrap_or_else(
                     |e| panic!("seed {seed}: reopen after power cut: {e}\n{trace:?}"),
                 );
