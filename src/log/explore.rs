@@ -92,6 +92,19 @@ fn random_kills_power_cuts_retention_and_slow_or_failing_syncs_keep_the_log_a_pr
                     );
                 }
             };
+            // Reopened after a kill or a clean drop: nothing appended may be lost.
+            let reopen_whole =
+                |fs: &SimFs, cfg: LogConfig, model: &[Vec<u8>], what: &str, trace: &Vec<String>| {
+                    let log = TopicLog::open(&Fs::new(Arc::new(fs.clone())), dir, cfg, 0)
+                        .unwrap_or_else(|e| panic!("seed {seed}: reopen {what}: {e}\n{trace:?}"));
+                    assert_eq!(
+                        log.next() as usize,
+                        model.len(),
+                        "seed {seed}: lost records {what}\n{trace:?}"
+                    );
+                    check(&log, model, what, trace);
+                    log
+                };
             if op < 70 && !(82..93).contains(&op) {
                 let payload = format!("{seed}-{step}-{}", model.len()).into_bytes();
                 let mut p = payload.clone();
@@ -133,14 +146,7 @@ fn random_kills_power_cuts_retention_and_slow_or_failing_syncs_keep_the_log_a_pr
                 fs = image;
                 trace.push(format!("kill at {}", model.len()));
                 pick_layout(&mut cfg, &mut next_rand, &mut trace);
-                log = TopicLog::open(&Fs::new(Arc::new(fs.clone())), dir, cfg, 0)
-                    .unwrap_or_else(|e| panic!("seed {seed}: reopen after kill: {e}\n{trace:?}"));
-                assert_eq!(
-                    log.next() as usize,
-                    model.len(),
-                    "seed {seed}: kill lost records\n{trace:?}"
-                );
-                check(&log, &model, "after kill", &trace);
+                log = reopen_whole(&fs, cfg, &model, "after kill", &trace);
             } else if op < 93 {
                 let sealed_prefix = {
                     let segs = log.reader().snapshot();
@@ -194,14 +200,7 @@ fn random_kills_power_cuts_retention_and_slow_or_failing_syncs_keep_the_log_a_pr
                 if log.poison.get().is_some() || next_rand(2) == 0 {
                     drop(log);
                     trace.push("reopen".into());
-                    log = TopicLog::open(&Fs::new(Arc::new(fs.clone())), dir, cfg, 0)
-                        .unwrap_or_else(|e| panic!("seed {seed}: reopen: {e}\n{trace:?}"));
-                    assert_eq!(
-                        log.next() as usize,
-                        model.len(),
-                        "seed {seed}: reopen lost records\n{trace:?}"
-                    );
-                    check(&log, &model, "after reopen", &trace);
+                    log = reopen_whole(&fs, cfg, &model, "after reopen", &trace);
                 }
             }
         }
