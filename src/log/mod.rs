@@ -1363,6 +1363,8 @@ enum Part {
 
 #[cfg(test)]
 mod explore;
+#[cfg(test)]
+mod kill_points;
 
 #[cfg(test)]
 mod tests {
@@ -1553,7 +1555,7 @@ mod tests {
         assert!(both >= 3, "only {both} seeds kept both names");
     }
 
-    fn append_one(log: &mut TopicLog, payload: &[u8]) -> u64 {
+    pub(super) fn append_one(log: &mut TopicLog, payload: &[u8]) -> u64 {
         let headers = Headers::new();
         let m = Append {
             payload,
