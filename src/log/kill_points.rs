@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
-use super::tests::append_one;
-use super::{Append, LogConfig, PREALLOCATE_BYTES, TopicLog, segment};
+use super::tests::{append_all, append_one};
+use super::{LogConfig, PREALLOCATE_BYTES, TopicLog, segment};
 use crate::Headers;
 use crate::format::record;
 use crate::format::segment::SEGMENT_HEADER_LEN;
@@ -248,7 +248,6 @@ fn every_cut_into_a_reused_file(s: u64, f: usize, batch: usize) -> usize {
     let per_seg = (s as usize - hdr) / f;
     let target = b + per_seg as u64 + 6;
     let mut checked = 0;
-    let headers = Headers::new();
     while log.next() < target {
         let first = log.next();
         let ps: Vec<Vec<u8>> = (first..first + batch as u64)
@@ -257,15 +256,7 @@ fn every_cut_into_a_reused_file(s: u64, f: usize, batch: usize) -> usize {
         for (o, p) in (first..).zip(&ps) {
             payloads.insert(o, p.clone());
         }
-        let msgs: Vec<Append> = ps
-            .iter()
-            .map(|p| Append {
-                payload: p,
-                headers: &headers,
-                headers_len: record::headers_len(&headers),
-            })
-            .collect();
-        assert_eq!(log.append(&msgs, 0).expect("append"), first);
+        assert_eq!(append_all(&mut log, &ps), first);
         let images = std::mem::take(&mut *backend.images.lock().expect("lock"));
         for (img, what) in images {
             check_image(

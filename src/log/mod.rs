@@ -1555,6 +1555,20 @@ mod tests {
         assert!(both >= 3, "only {both} seeds kept both names");
     }
 
+    /// Appends `payloads` as one batch (no headers); the first one's offset.
+    pub(super) fn append_all(log: &mut TopicLog, payloads: &[Vec<u8>]) -> u64 {
+        let headers = Headers::new();
+        let batch: Vec<Append> = payloads
+            .iter()
+            .map(|p| Append {
+                payload: p,
+                headers: &headers,
+                headers_len: record::headers_len(&headers),
+            })
+            .collect();
+        log.append(&batch, 0).expect("append")
+    }
+
     pub(super) fn append_one(log: &mut TopicLog, payload: &[u8]) -> u64 {
         let headers = Headers::new();
         let m = Append {
@@ -1932,21 +1946,12 @@ mod tests {
                 })
             })
             .collect();
-        let headers = Headers::new();
         let mut i = 0u64;
         while i < TOTAL {
             let n = (i % 5 + 1).min(TOTAL - i);
             let payloads: Vec<Vec<u8>> =
                 (i..i + n).map(|k| vec![(k % 251) as u8; size(k)]).collect();
-            let batch: Vec<Append> = payloads
-                .iter()
-                .map(|p| Append {
-                    payload: p,
-                    headers: &headers,
-                    headers_len: record::headers_len(&headers),
-                })
-                .collect();
-            log.append(&batch, 0).expect("append");
+            append_all(&mut log, &payloads);
             i += n;
             if i % 200 < 5 {
                 log.apply_retention(0, 2_000_000, 0).expect("retention");
