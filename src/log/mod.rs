@@ -97,8 +97,10 @@ const TERMINATOR_BYTES: u64 = record::FRAME_HEADER_LEN as u64;
 static ZEROS: [u8; PREALLOCATE_BYTES as usize] = [0; PREALLOCATE_BYTES as usize];
 /// The page cache's unit: the zeros ahead of records into a reused file go to its end.
 const PAGE_BYTES: u64 = 4096;
-/// Segment files retention keeps for later rolls to reuse (`preallocate`): enough for the
-/// rolls between two retention checks of a busy topic, bounded in disk space.
+/// Segment files retention keeps for later rolls to reuse (`preallocate`), bounding the
+/// disk space they hold; a topic that rolls more often than this between two retention
+/// checks (64 MiB segments at over 128 MB/s with the 1 s default) makes the rest anew,
+/// with zeros ahead.
 const MAX_RECYCLED: usize = 2;
 
 /// How a log lays out its files.

@@ -200,9 +200,10 @@ impl Segment {
     /// active segment: its real header written and synced before the rename (a power cut
     /// never leaves the new name on the old header), then renamed and the directory
     /// synced, as `create` does. The old records behind the header are free space: their
-    /// offsets are below `base`, so a scan stops at the first one (see `scan`), and a roll
-    /// trims what the new records did not overwrite. Returns the segment and the file's
-    /// length (all of it written once, so overwriting it needs no zeros ahead).
+    /// offsets are below `base`, so a scan stops at the first one (see `scan`), the writer
+    /// puts zeros ahead of each write of new records over them (`TopicLog::flush`), and a
+    /// roll trims what the new records did not overwrite. Returns the segment and the
+    /// file's length (all of it written once, so overwriting it needs no zeros ahead).
     pub(crate) fn from_recycled(
         fs: &Fs,
         dir: &Path,
