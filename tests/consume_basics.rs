@@ -458,3 +458,22 @@ async fn consumers_of_one_group_never_hold_the_same_delivery_with_nacks_and_rele
     assert_eq!((info.cursor, info.in_flight), (TOTAL, 0));
     assert!(info.pending.is_empty());
 }
+
+/// `max_in_flight(usize::MAX)` means no limit: the group's span (4 × n) saturates instead of
+/// overflowing when added to the cursor (the suite runs with overflow checks on).
+#[tokio::test]
+async fn an_unbounded_max_in_flight_hands_out_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let mq = open(dir.path(), "");
+    publish_n(&mq, TOPIC, 5).await;
+    let mut c = mq
+        .consumer(TOPIC, "unbounded")
+        .max_in_flight(usize::MAX)
+        .build()
+        .unwrap();
+    for offset in 0..3 {
+        assert_eq!(recv(&mut c).await.offset(), offset);
+        // Takes the read-ahead loan back, so the next hand-out reads again.
+        mq.group_info(TOPIC, "unbounded").unwrap();
+    }
+}

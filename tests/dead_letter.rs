@@ -368,3 +368,57 @@ async fn a_crash_after_the_copy_before_the_cursor_move_routes_once() {
 async fn a_crash_after_the_intent_before_the_copy_routes_once() {
     crash_while_dead_lettering("dead_letter.after_intent").await;
 }
+
+/// A message published at both hard limits (`Max Message Bytes` and `Max Header Bytes` at
+/// their ceilings) gets a dead-letter copy that reads back, before and after a reopen: the
+/// `x-*` headers (a reason up to 64 KiB) must not push the copy past what a log reads.
+#[tokio::test]
+async fn a_message_at_both_limits_is_dead_lettered_into_a_readable_copy() {
+    // The hard ceilings of the two options (API.md, Connection string).
+    const MAX_MESSAGE: usize = 256 << 20;
+    const MAX_HEADERS: usize = 16 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    let open = |dir: &std::path::Path| {
+        Spool::open(&format!(
+            "Data Source={};Max Message Bytes={};Max Header Bytes={};Max Delivery Attempts=1",
+            dir.display(),
+            MAX_MESSAGE,
+            MAX_HEADERS
+        ))
+        .expect("open")
+    };
+    let mq = open(dir.path());
+    let mut h = Headers::new();
+    // Headers at exactly the limit: postcard's map and string length prefixes take 7 bytes.
+    h.insert("h".into(), "v".repeat(MAX_HEADERS - 7));
+    let payload = vec![7u8; MAX_MESSAGE];
+    assert_eq!(mq.publish(TOPIC, payload, &h).await.unwrap(), 0);
+    mq.publish(TOPIC, b"small".to_vec(), &Headers::new())
+        .await
+        .unwrap();
+    let mut c = mq.consumer(TOPIC, GROUP).manual_ack().build().unwrap();
+    let reason = "r".repeat(spool::consts::MAX_NACK_REASON_BYTES);
+    for offset in 0..2 {
+        let d = c.recv().await.unwrap();
+        assert_eq!(d.offset(), offset);
+        assert!(d.nack(&reason).await.unwrap().dead_lettered);
+    }
+    drop(c);
+    let check = |copies: Vec<spool::Record>| {
+        assert_eq!(copies.len(), 2, "both copies read back");
+        assert_eq!(copies[0].payload().len(), MAX_MESSAGE);
+        assert_eq!(copies[0].headers()["h"].len(), MAX_HEADERS - 7);
+        assert_eq!(copies[0].headers()[X_ORIGINAL_OFFSET], "0");
+        assert_eq!(&copies[1].payload()[..], b"small");
+    };
+    check(mq.fetch(DLQ, 0, 10).await.expect("the copies read back"));
+    mq.close().await.unwrap();
+    let mq = open(dir.path());
+    assert_eq!(mq.group_info(TOPIC, GROUP).unwrap().cursor, 2);
+    check(
+        mq.fetch(DLQ, 0, 10)
+            .await
+            .expect("the copies read back after a reopen"),
+    );
+    mq.close().await.unwrap();
+}

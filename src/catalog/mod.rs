@@ -468,6 +468,12 @@ fn run_committer(db: &Database, rx: &mpsc::Receiver<Msg>, acks: &AckWatch) {
     // A failed commit while a snapshot was still waiting: the tickets are decided later,
     // and as failed (some of them were covered by the failed commit).
     let mut carried: Option<String> = None;
+    // With `carried`: every ticket up to here is decided as failed. An image is taken
+    // after `noted` is read, so it can hold the change of a ticket issued in between (its
+    // state was still queued); once that commit fails, no later round may call it durable.
+    // A ticket issued after its state's image was taken queued the state again and is
+    // failed too: a false failure (the ack is reported as maybe not durable) is safe.
+    let mut failed_upto = 0;
     let mut open = true;
     loop {
         let undecided = acks.issued.load(Ordering::SeqCst) > acks.durable.load(Ordering::SeqCst);
@@ -523,10 +529,16 @@ fn run_committer(db: &Database, rx: &mpsc::Receiver<Msg>, acks: &AckWatch) {
             }
             if let Err(e) = &result {
                 carried = Some(e.clone());
+                failed_upto = failed_upto.max(acks.issued.load(Ordering::SeqCst));
             }
         }
         if waiting.is_empty() {
-            acks.decide(noted, &carried.take().map_or(Ok(()), Err));
+            let upto = if carried.is_some() {
+                noted.max(failed_upto)
+            } else {
+                noted
+            };
+            acks.decide(upto, &carried.take().map_or(Ok(()), Err));
         }
     }
 }
@@ -808,5 +820,69 @@ mod tests {
             "asked again until free"
         );
         assert_eq!(cursor(&c), 42);
+    }
+
+    /// Takes a ticket for one more change to its state while the committer takes its image
+    /// (as an ack made under the group's lock just before `try_ops` would: the state is
+    /// still queued, so the ack only takes a ticket), then makes that image's commit fail.
+    #[derive(Debug)]
+    struct LateAckThenFail {
+        catalog: std::sync::OnceLock<Arc<Catalog>>,
+        fs: crate::io::sim::SimFs,
+        late: Mutex<Option<u64>>,
+    }
+
+    impl Snapshotter for LateAckThenFail {
+        fn try_ops(&self) -> Option<Vec<Op>> {
+            let c = self.catalog.get().expect("set");
+            let me: Arc<dyn Snapshotter> = Arc::new(Busy {
+                busy: 0,
+                asked: AtomicUsize::new(0),
+            });
+            let t = c.ack_ticket(&me, false).expect("ticket");
+            *self.late.lock().expect("lock") = Some(t);
+            self.fs
+                .fail_writes_to(Some(Path::new("/data/catalog.redb")));
+            Some(vec![put(2, 1)])
+        }
+        fn key(&self) -> usize {
+            7
+        }
+    }
+
+    #[test]
+    fn an_ack_whose_change_was_only_in_a_failed_commit_is_not_reported_durable() {
+        let fs = crate::io::sim::SimFs::new(3);
+        let f = Fs::new(Arc::new(fs.clone()));
+        f.create_dir_all(Path::new("/data")).expect("dir");
+        let c = Arc::new(Catalog::open(&f, Path::new("/data/catalog.redb")).expect("open"));
+        let snap = Arc::new(LateAckThenFail {
+            catalog: std::sync::OnceLock::new(),
+            fs: fs.clone(),
+            late: Mutex::new(None),
+        });
+        snap.catalog.set(c.clone()).expect("set");
+        let s: Arc<dyn Snapshotter> = snap.clone();
+        let first = c.ack_ticket(&s, true).expect("ticket");
+        let wait = |t: u64| {
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            loop {
+                if let Some(o) = c.ack_watch().outcome(t) {
+                    return o;
+                }
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "ticket {t} never decided"
+                );
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        };
+        assert!(wait(first).is_err(), "the commit failed");
+        let late = snap.late.lock().expect("lock").expect("late ticket taken");
+        let outcome = wait(late);
+        assert!(
+            outcome.is_err(),
+            "ticket {late}'s change was only in the failed commit: {outcome:?}"
+        );
     }
 }

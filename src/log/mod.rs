@@ -709,6 +709,17 @@ impl TopicLog {
     /// the first offset; the rest follow densely. One `write` per segment touched.
     pub fn append(&mut self, msgs: &[Append<'_>], now_ms: u64) -> Result<u64> {
         self.check_poison()?;
+        // A record over the ceiling would be written but never read back (every read and
+        // recovery takes it for damage): refuse the batch before any of it is written.
+        for m in msgs {
+            let body = record::BODY_FIXED_LEN + m.headers_len + m.payload.len();
+            if body > self.cfg.max_body {
+                return Err(Error::MessageTooLarge {
+                    size: body,
+                    max: self.cfg.max_body,
+                });
+            }
+        }
         let first = self.active.next();
         let mut pending = Pending::start(&self.active, std::mem::take(&mut self.entries));
         for m in msgs {
@@ -1579,6 +1590,36 @@ mod tests {
             headers_len: record::headers_len(&headers),
         };
         log.append(&[m], 0).expect("append")
+    }
+
+    /// A record over `max_body` would be written and then taken for damage by every read
+    /// and by recovery: the whole batch is refused before any of it is written.
+    #[test]
+    fn a_record_over_the_ceiling_is_refused_and_nothing_of_its_batch_is_written() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cfg = always_cfg();
+        let mut log = TopicLog::open(&Fs::real(), dir.path(), cfg, 0).expect("open");
+        append_one(&mut log, b"before");
+        let headers = Headers::new();
+        let small = vec![1u8; 10];
+        let big = vec![2u8; cfg.max_body];
+        let batch: Vec<Append> = [&small, &big]
+            .iter()
+            .map(|p| Append {
+                payload: p,
+                headers: &headers,
+                headers_len: record::headers_len(&headers),
+            })
+            .collect();
+        let err = log.append(&batch, 0).expect_err("over the ceiling");
+        assert!(matches!(err, Error::MessageTooLarge { .. }), "{err:?}");
+        assert_eq!(log.next(), 1, "nothing of the batch appended");
+        assert_eq!(append_one(&mut log, b"after"), 1);
+        drop(log);
+        let log = TopicLog::open(&Fs::real(), dir.path(), cfg, 0).expect("reopen");
+        let read = log.reader().read(0, 10, usize::MAX).expect("read");
+        let payloads: Vec<&[u8]> = read.iter().map(|r| &r.payload()[..]).collect();
+        assert_eq!(payloads, [&b"before"[..], &b"after"[..]]);
     }
 
     /// The offset of the record an old payload forges in `ending_at_a_forged_frame`.

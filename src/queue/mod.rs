@@ -46,6 +46,32 @@ pub const X_DEAD_LETTER_REASON: &str = "x-dead-letter-reason";
 pub const UNCLEAN_STOP_REASON: &str = "in flight when the process stopped without closing";
 
 /// Records read ahead per group.
+/// What the dead-letter headers can add to a message's: the reason (cut to
+/// `MAX_NACK_REASON_BYTES`) and five short values (two names, three numbers), with their
+/// keys and postcard's length prefixes. So a message published at both limits still gets a
+/// copy a log can read back.
+const DEAD_LETTER_HEADER_BYTES: usize = MAX_NACK_REASON_BYTES + 4096;
+const _: () = assert!(
+    X_ORIGINAL_TOPIC.len()
+        + X_ORIGINAL_OFFSET.len()
+        + X_ORIGINAL_TIMESTAMP.len()
+        + X_CONSUMER_GROUP.len()
+        + X_DELIVERY_ATTEMPTS.len()
+        + X_DEAD_LETTER_REASON.len()
+        + 2 * crate::options::MAX_NAME_LEN
+        + 3 * 20
+        + 12 * 5
+        + 5
+        <= 4096
+);
+/// The longest record body a log writes and reads: the hard limits, not today's options
+/// (records written under larger limits are data, and recovery must not mistake them for
+/// damage), plus a dead-letter copy's headers.
+const MAX_BODY: usize = record::BODY_FIXED_LEN
+    + MAX_MESSAGE_BYTES_LIMIT
+    + MAX_HEADER_BYTES_LIMIT
+    + DEAD_LETTER_HEADER_BYTES;
+
 const PREFETCH_RECORDS: usize = 1024;
 const PREFETCH_BYTES: usize = 1 << 20;
 
@@ -448,9 +474,7 @@ impl Engine {
         LogConfig {
             segment_bytes: self.opts.segment_bytes,
             index_interval_bytes: self.opts.index_interval_bytes,
-            // The hard ceilings, not today's options: records written under larger
-            // limits are data, and recovery must not mistake them for damage.
-            max_body: record::BODY_FIXED_LEN + MAX_MESSAGE_BYTES_LIMIT + MAX_HEADER_BYTES_LIMIT,
+            max_body: MAX_BODY,
             preallocate: self.opts.sync == crate::options::SyncPolicy::Always,
             seal_in_background: self.opts.sync == crate::options::SyncPolicy::None,
         }
@@ -879,7 +903,7 @@ impl Engine {
             let limit = g
                 .lease_durable
                 .load(Ordering::Acquire)
-                .min(g.cursor + g.span_max())
+                .min(g.cursor.saturating_add(g.span_max()))
                 .min(log_next);
             let mut end = offset + 1;
             for rec in &g.prefetch {
