@@ -1,7 +1,7 @@
 //! Guards issue 3 point 5 (auto-ack): without `manual_ack()` a consumer's previous delivery
 //! is acked when it asks for the next one or is closed/dropped — never at hand-out — so
-//! `recv → handle → recv` is at-least-once; a manual-ack delivery dropped unfinished is
-//! released and delivered again; after a kill, auto-acks since the last cursor commit
+//! `recv → handle → recv` is at-least-once; a manual-ack delivery dropped unfinished, and
+//! an auto-ack one dropped by a panicking handler, is released and delivered again; after a kill, auto-acks since the last cursor commit
 //! (`Commit Interval Ms`, or `Spool::commit`) are replayed, never skipped.
 
 mod common_groups;
@@ -346,4 +346,41 @@ async fn a_closed_instance_hands_out_nothing_more_from_a_loan() {
     // The delivery out at the close was released, not acked: it comes again.
     let mut c = mq.consumer(TOPIC, GROUP).build().unwrap();
     assert_eq!(recv(&mut c).await.offset(), 0);
+}
+
+/// A handler that panics did not handle its message: the auto-ack delivery it held is
+/// released as the panic unwinds, so neither the consumer's drop nor a later `recv` acks
+/// it, and the message comes again (at-least-once holds for a crashing handler too).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_dropped_by_a_panicking_handler_is_delivered_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let mq = open(dir.path(), "");
+    publish_n(&mq, TOPIC, 3).await;
+    // The whole task dies: the consumer is dropped after the delivery, both while unwinding.
+    let worker = {
+        let mq = mq.clone();
+        tokio::spawn(async move {
+            let mut c = mq.consumer(TOPIC, GROUP).build().unwrap();
+            let d = recv(&mut c).await;
+            assert_eq!(d.offset(), 0);
+            panic!("the handler of offset {} failed", d.offset());
+        })
+    };
+    assert!(worker.await.unwrap_err().is_panic());
+    assert_eq!(cursor(&mq), 0);
+    let mut c = mq.consumer(TOPIC, GROUP).build().unwrap();
+    assert_eq!(recv(&mut c).await.offset(), 0, "delivered again");
+    // The consumer outlives the panic (caught around the handler): its next `recv` does
+    // not ack the released delivery either.
+    let d = recv(&mut c).await;
+    assert_eq!(d.offset(), 1);
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+        let _held = d;
+        panic!("the handler of offset 1 failed");
+    }));
+    assert!(caught.is_err());
+    assert_eq!(recv(&mut c).await.offset(), 1, "delivered again");
+    assert_eq!(recv(&mut c).await.offset(), 2);
+    c.close().await.unwrap();
+    assert_eq!(cursor(&mq), 3);
 }

@@ -384,7 +384,9 @@ impl Delivery {
 
 impl Drop for Delivery {
     fn drop(&mut self) {
-        if !self.release_on_drop {
+        // An auto-ack delivery dropped by a panic was not handled: released, so that the
+        // next `recv` or the consumer's close (which ack what they still hold) skip it.
+        if !self.release_on_drop && !std::thread::panicking() {
             return;
         }
         let t = self.ticket;
