@@ -1,7 +1,8 @@
 //! Guards issue 3 point 5 (auto-ack): without `manual_ack()` a consumer's previous delivery
 //! is acked when it asks for the next one or is closed/dropped — never at hand-out — so
-//! `recv → handle → recv` is at-least-once; a manual-ack delivery dropped unfinished, and
-//! an auto-ack one dropped by a panicking handler, is released and delivered again; after a kill, auto-acks since the last cursor commit
+//! `recv → handle → recv` is at-least-once; a manual-ack delivery dropped unfinished is
+//! released and delivered again, and an auto-ack one dropped by a panicking handler counts
+//! a failed attempt and is delivered again; after a kill, auto-acks since the last cursor commit
 //! (`Commit Interval Ms`, or `Spool::commit`) are replayed, never skipped.
 
 mod common_groups;
@@ -348,9 +349,10 @@ async fn a_closed_instance_hands_out_nothing_more_from_a_loan() {
     assert_eq!(recv(&mut c).await.offset(), 0);
 }
 
-/// A handler that panics did not handle its message: the auto-ack delivery it held is
-/// released as the panic unwinds, so neither the consumer's drop nor a later `recv` acks
-/// it, and the message comes again (at-least-once holds for a crashing handler too).
+/// A handler that panics did not handle its message: the auto-ack delivery it held counts
+/// as a failed attempt as the panic unwinds, so neither the consumer's drop nor a later
+/// `recv` acks it, and the message comes again (at-least-once holds for a crashing handler
+/// too).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_delivery_dropped_by_a_panicking_handler_is_delivered_again() {
     let dir = tempfile::tempdir().unwrap();
@@ -369,9 +371,10 @@ async fn a_delivery_dropped_by_a_panicking_handler_is_delivered_again() {
     assert!(worker.await.unwrap_err().is_panic());
     assert_eq!(cursor(&mq), 0);
     let mut c = mq.consumer(TOPIC, GROUP).build().unwrap();
-    assert_eq!(recv(&mut c).await.offset(), 0, "delivered again");
+    let again = recv(&mut c).await;
+    assert_eq!((again.offset(), again.attempt()), (0, 2), "delivered again");
     // The consumer outlives the panic (caught around the handler): its next `recv` does
-    // not ack the released delivery either.
+    // not ack the delivery the panic dropped either.
     let d = recv(&mut c).await;
     assert_eq!(d.offset(), 1);
     let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
@@ -379,7 +382,8 @@ async fn a_delivery_dropped_by_a_panicking_handler_is_delivered_again() {
         panic!("the handler of offset 1 failed");
     }));
     assert!(caught.is_err());
-    assert_eq!(recv(&mut c).await.offset(), 1, "delivered again");
+    let again = recv(&mut c).await;
+    assert_eq!((again.offset(), again.attempt()), (1, 2), "delivered again");
     assert_eq!(recv(&mut c).await.offset(), 2);
     c.close().await.unwrap();
     assert_eq!(cursor(&mq), 3);

@@ -422,3 +422,39 @@ async fn a_message_at_both_limits_is_dead_lettered_into_a_readable_copy() {
     );
     mq.close().await.unwrap();
 }
+
+/// A message whose handler panics every time is a poison message like one nacked every
+/// time: each panic counts an attempt (`PANICKED_REASON`), and at `Max Delivery Attempts`
+/// the next hand-out dead-letters it, for auto-ack and manual-ack consumers alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_that_panics_its_handler_every_time_is_dead_lettered_at_the_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let mq = open(dir.path(), "Max Delivery Attempts=3");
+    publish_poison_then_good(&mq).await;
+    for (round, manual) in [false, true, false].into_iter().enumerate() {
+        let mq2 = mq.clone();
+        let worker = tokio::spawn(async move {
+            let b = mq2.consumer(TOPIC, GROUP);
+            let mut c = if manual { b.manual_ack() } else { b }.build().unwrap();
+            let d = recv(&mut c).await;
+            assert_eq!((d.offset(), d.attempt()), (0, round as u32 + 1));
+            panic!("the handler cannot take {:?}", d.payload());
+        });
+        assert!(worker.await.unwrap_err().is_panic());
+    }
+    let mut c = mq.consumer(TOPIC, GROUP).build().unwrap();
+    assert_eq!(
+        recv(&mut c).await.offset(),
+        1,
+        "the poison message is out of the way"
+    );
+    let copies = all_records(&mq, DLQ).await;
+    assert_eq!(copies.len(), 1);
+    let h = copies[0].headers();
+    assert_eq!(h[X_DEAD_LETTER_REASON], spool::consts::PANICKED_REASON);
+    assert_eq!(h[X_DELIVERY_ATTEMPTS], "3");
+    assert_eq!(h[X_ORIGINAL_OFFSET], "0");
+    assert_eq!(&copies[0].payload()[..], b"poison");
+    c.close().await.unwrap();
+    assert_eq!(mq.group_info(TOPIC, GROUP).unwrap().cursor, 2);
+}

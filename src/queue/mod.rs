@@ -44,6 +44,8 @@ pub const X_DEAD_LETTER_REASON: &str = "x-dead-letter-reason";
 
 /// Reason recorded for deliveries that were out when the process stopped uncleanly.
 pub const UNCLEAN_STOP_REASON: &str = "in flight when the process stopped without closing";
+/// The reason of an attempt charged to a delivery dropped while its handler panicked.
+pub const PANICKED_REASON: &str = "dropped while its handler panicked";
 
 /// Records read ahead per group.
 /// What the dead-letter headers can add to a message's: the reason (cut to
@@ -825,6 +827,9 @@ impl Engine {
     ) -> Result<Option<Handout>> {
         let t = &r.topic;
         self.clamp(t, &r.name, g);
+        if !g.redeliver.is_empty() {
+            self.dead_letter_charged_out(t, &r.name, g)?;
+        }
         let log_next = t.reader.next();
         let Some(offset) = g.next_offset(log_next) else {
             return Ok(None);
@@ -1000,6 +1005,51 @@ impl Engine {
     }
 
     /// Puts an unfinished delivery back for redelivery without counting an attempt.
+    /// A delivery dropped while its thread panics: its handler failed, so it counts as a
+    /// nacked attempt (`PANICKED_REASON`) and comes again. Runs inside a `Drop`, so the
+    /// attempt is committed without waiting (a crash before that commit forgets it, as it
+    /// forgets any unfinished delivery's hand-out), and a message that reached the limit is
+    /// dead-lettered by the group's next hand-out (`dead_letter_charged_out`), not here.
+    pub fn charge_panicked(&self, r: &GroupRef, ticket: Ticket) {
+        let mut g = r.group.lock();
+        let offset = ticket.offset;
+        if !g.holds(offset, ticket.epoch, ticket.token) {
+            return;
+        }
+        g.in_flight.remove(&offset);
+        let rec = AttemptRecord {
+            attempts: g.attempt_of(offset),
+            last_reason: PANICKED_REASON.to_owned(),
+        };
+        g.attempts.insert(offset, rec.clone());
+        g.redeliver.insert(offset);
+        g.dirty = true;
+        g.check();
+        let (topic, group) = (r.topic.name.clone(), r.name.to_string());
+        let mut ops = group_ops(&topic, &group, &mut g);
+        ops.push(Op::PutAttempt(topic, group, offset, rec));
+        self.catalog.commit_then(ops, Box::new(|_| {}));
+    }
+
+    /// Dead-letters the redeliveries whose attempts reached the limit without a nack
+    /// finishing them (charged by `charge_panicked`), before anything else is handed out.
+    fn dead_letter_charged_out(&self, t: &Topic, group: &str, g: &mut Group) -> Result<()> {
+        let Some(dlq) = self.dead_letter_topic(&t.name) else {
+            return Ok(());
+        };
+        let max = self.opts.max_delivery_attempts;
+        while let Some(o) = g
+            .redeliver
+            .iter()
+            .copied()
+            .find(|o| g.attempts.get(o).is_some_and(|a| a.attempts >= max))
+        {
+            let now_ms = record::system_time_ms(std::time::SystemTime::now());
+            self.dead_letter(t, group, g, o, &dlq, now_ms)?;
+        }
+        Ok(())
+    }
+
     pub fn release_delivery(&self, r: &GroupRef, ticket: Ticket) {
         let mut g = r.group.lock();
         if g.holds(ticket.offset, ticket.epoch, ticket.token) {

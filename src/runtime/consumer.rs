@@ -384,15 +384,21 @@ impl Delivery {
 
 impl Drop for Delivery {
     fn drop(&mut self) {
-        // An auto-ack delivery dropped by a panic was not handled: released, so that the
-        // next `recv` or the consumer's close (which ack what they still hold) skip it.
-        if !self.release_on_drop && !std::thread::panicking() {
+        // Dropped by a panic (auto-ack or manual), the delivery was not handled: a failed
+        // attempt, delivered again, so the next `recv` or the consumer's close (which ack
+        // what they still hold) find it no longer held.
+        let panicking = std::thread::panicking();
+        if !self.release_on_drop && !panicking {
             return;
         }
         let t = self.ticket;
         let sh = &self.shared;
         let released = sh.spool.with_engine(|e| {
-            e.release_delivery(&sh.group, t);
+            if panicking {
+                e.charge_panicked(&sh.group, t);
+            } else {
+                e.release_delivery(&sh.group, t);
+            }
             Ok(())
         });
         if released.is_ok() {
