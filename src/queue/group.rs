@@ -100,6 +100,9 @@ pub struct Group {
     pub dirty: bool,
     /// Attempt rows to delete at the next commit (offsets auto-acked after a nack).
     pub stale_attempts: Vec<u64>,
+    /// Redeliveries a panic charge took to the attempt limit: dead-lettered by the next
+    /// hand-out (so hand-outs need not look through every redelivery's attempts).
+    pub charged_out: Vec<u64>,
     pub next_token: u64,
     /// Records from `read_pos` on, read ahead in batches.
     pub prefetch: VecDeque<Record>,
@@ -159,6 +162,7 @@ impl Group {
             max_in_flight: 1,
             dirty: false,
             stale_attempts: Vec::new(),
+            charged_out: Vec::new(),
             next_token: 1,
             prefetch: VecDeque::new(),
             snap_seq: 0,

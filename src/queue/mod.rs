@@ -827,7 +827,7 @@ impl Engine {
     ) -> Result<Option<Handout>> {
         let t = &r.topic;
         self.clamp(t, &r.name, g);
-        if !g.redeliver.is_empty() {
+        if !g.charged_out.is_empty() {
             self.dead_letter_charged_out(t, &r.name, g)?;
         }
         let log_next = t.reader.next();
@@ -1021,6 +1021,9 @@ impl Engine {
             attempts: g.attempt_of(offset),
             last_reason: PANICKED_REASON.to_owned(),
         };
+        if rec.attempts >= self.opts.max_delivery_attempts {
+            g.charged_out.push(offset);
+        }
         g.attempts.insert(offset, rec.clone());
         g.redeliver.insert(offset);
         g.dirty = true;
@@ -1035,17 +1038,20 @@ impl Engine {
     /// finishing them (charged by `charge_panicked`), before anything else is handed out.
     fn dead_letter_charged_out(&self, t: &Topic, group: &str, g: &mut Group) -> Result<()> {
         let Some(dlq) = self.dead_letter_topic(&t.name) else {
+            g.charged_out.clear();
             return Ok(());
         };
         let max = self.opts.max_delivery_attempts;
-        while let Some(o) = g
-            .redeliver
-            .iter()
-            .copied()
-            .find(|o| g.attempts.get(o).is_some_and(|a| a.attempts >= max))
-        {
-            let now_ms = record::system_time_ms(std::time::SystemTime::now());
-            self.dead_letter(t, group, g, o, &dlq, now_ms)?;
+        while let Some(&o) = g.charged_out.last() {
+            // Finished, or reset, since it was charged: nothing to do.
+            let due =
+                g.redeliver.contains(&o) && g.attempts.get(&o).is_some_and(|a| a.attempts >= max);
+            if due {
+                let now_ms = record::system_time_ms(std::time::SystemTime::now());
+                // Kept in the list until it is dead-lettered: a failure is tried again.
+                self.dead_letter(t, group, g, o, &dlq, now_ms)?;
+            }
+            g.charged_out.pop();
         }
         Ok(())
     }
