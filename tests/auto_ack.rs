@@ -388,3 +388,29 @@ async fn a_delivery_dropped_by_a_panicking_handler_is_delivered_again() {
     c.close().await.unwrap();
     assert_eq!(cursor(&mq), 3);
 }
+
+/// The same when the delivery outlives its consumer while the panic unwinds (declared
+/// before it): the consumer's drop releases its last delivery instead of acking it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_dropped_after_its_consumer_by_a_panic_is_delivered_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let mq = open(dir.path(), "");
+    publish_n(&mq, TOPIC, 2).await;
+    let worker = {
+        let mq = mq.clone();
+        tokio::spawn(async move {
+            let d;
+            let mut c = mq.consumer(TOPIC, GROUP).build().unwrap();
+            d = recv(&mut c).await;
+            assert_eq!(d.offset(), 0);
+            panic!("the handler of offset {} failed", d.offset());
+        })
+    };
+    assert!(worker.await.unwrap_err().is_panic());
+    assert_eq!(cursor(&mq), 0);
+    let mut c = mq.consumer(TOPIC, GROUP).build().unwrap();
+    assert_eq!(recv(&mut c).await.offset(), 0, "delivered again");
+    assert_eq!(recv(&mut c).await.offset(), 1);
+    c.close().await.unwrap();
+    assert_eq!(cursor(&mq), 2);
+}

@@ -233,3 +233,83 @@ async fn a_last_nack_of_a_record_retention_took_counts_it_skipped() {
         "offset 0 and the rest below the earliest were skipped"
     );
 }
+
+/// A consumer waiting in `recv` is woken by a publish whose first record retention then
+/// deletes before the hand-out reads it (a race at the log's start): the hand-out goes on
+/// from the new start at once, instead of waiting for a publish that may never come.
+/// (Timing-driven: the retention pass is delayed by a spun amount adjusted each round to
+/// land on the boundary; it stalled within a few hundred rounds before the fix.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_racing_a_hand_out_does_not_stall_a_waiting_consumer() {
+    use std::time::{Duration, Instant};
+    // In memory where there is a tmpfs: faster rolls make the race likelier.
+    let base = std::path::Path::new("/dev/shm");
+    let dir = if base.is_dir() {
+        tempfile::tempdir_in(base)
+    } else {
+        tempfile::tempdir()
+    }
+    .unwrap();
+    let mq = open(
+        dir.path(),
+        "Sync=Interval:100000;Segment Bytes=1024;Retention Bytes=1;Retention Check Ms=3600000;Dedup Window=0",
+    );
+    let mut c = mq.consumer(TOPIC, GROUP).manual_ack().build().unwrap();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<u64>();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let producer = {
+        let mq = mq.clone();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            for spin_ns in go_rx {
+                // Rolls after its first record; retention then deletes that record.
+                let batch: Vec<(Vec<u8>, Headers)> =
+                    (0..4).map(|_| (vec![7u8; 300], Headers::new())).collect();
+                rt.block_on(mq.publish_batch(TOPIC, batch)).unwrap();
+                let t = Instant::now();
+                while (t.elapsed().as_nanos() as u64) < spin_ns {
+                    std::hint::spin_loop();
+                }
+                mq.apply_retention().unwrap();
+                done_tx.send(()).unwrap();
+            }
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let (mut rounds, mut spin_ns) = (0u64, 20_000u64);
+    while Instant::now() < deadline {
+        rounds += 1;
+        let cursor = mq.group_info(TOPIC, GROUP).unwrap().cursor;
+        let waiter = tokio::spawn(async move {
+            let r = c.recv_timeout(Duration::from_secs(2)).await.unwrap();
+            (r, c)
+        });
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        go_tx.send(spin_ns).unwrap();
+        let (got, back) = waiter.await.unwrap();
+        c = back;
+        done_rx.recv().unwrap();
+        let Some(d) = got else {
+            let g = mq.group_info(TOPIC, GROUP).unwrap();
+            panic!(
+                "round {rounds}: recv waited 2 s with records available (cursor {}, lag {})",
+                g.cursor, g.lag
+            );
+        };
+        // Keeps retention landing near the hand-out's read.
+        if d.offset() == cursor {
+            spin_ns = spin_ns.saturating_sub(53);
+        } else {
+            spin_ns += 53;
+        }
+        d.ack().await.unwrap();
+        while let Some(d) = c.try_recv().unwrap() {
+            d.ack().await.unwrap();
+        }
+    }
+    drop(go_tx);
+    producer.join().unwrap();
+}

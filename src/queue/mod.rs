@@ -464,10 +464,6 @@ impl Engine {
         Ok(engine)
     }
 
-    pub fn options(&self) -> &Options {
-        &self.opts
-    }
-
     fn topic_dir(&self, name: &str) -> PathBuf {
         self.opts.data_source.join("topics").join(name)
     }
@@ -826,31 +822,39 @@ impl Engine {
         owed: &mut bool,
     ) -> Result<Option<Handout>> {
         let t = &r.topic;
-        self.clamp(t, &r.name, g);
         if !g.charged_out.is_empty() {
             self.dead_letter_charged_out(t, &r.name, g)?;
         }
-        let log_next = t.reader.next();
-        let Some(offset) = g.next_offset(log_next) else {
-            return Ok(None);
-        };
-        let fresh = !g.redeliver.contains(&offset);
-        let record = if !fresh {
-            t.reader.read(offset, 1, 1).map(|mut v| v.pop())?
-        } else {
-            if g.prefetch.front().is_none_or(|r| r.offset != offset) {
-                // Takes the read's buffer as it is (no copy of the records).
-                g.prefetch = t
-                    .reader
-                    .read(offset, PREFETCH_RECORDS, PREFETCH_BYTES)?
-                    .into();
+        let (offset, fresh, record, log_next) = loop {
+            self.clamp(t, &r.name, g);
+            let log_next = t.reader.next();
+            let Some(offset) = g.next_offset(log_next) else {
+                return Ok(None);
+            };
+            let fresh = !g.redeliver.contains(&offset);
+            let record = if !fresh {
+                t.reader.read(offset, 1, 1).map(|mut v| v.pop())?
+            } else {
+                if g.prefetch.front().is_none_or(|r| r.offset != offset) {
+                    // Takes the read's buffer as it is (no copy of the records).
+                    g.prefetch = t
+                        .reader
+                        .read(offset, PREFETCH_RECORDS, PREFETCH_BYTES)?
+                        .into();
+                }
+                g.prefetch.pop_front()
+            };
+            if let Some(record) = record.filter(|r| r.offset == offset) {
+                break (offset, fresh, record, log_next);
             }
-            g.prefetch.pop_front()
-        };
-        let Some(record) = record.filter(|r| r.offset == offset) else {
-            // Retention removed it between the clamp and the read: try again later.
             g.prefetch.clear();
-            return Ok(None);
+            // Retention removed it between the clamp and the read: clamp again and go on
+            // from the new start now (nothing wakes a waiting consumer for retention, so
+            // `None` here would leave it waiting for the next publish). Ends: the start
+            // only moves forward, and only while records are deleted.
+            if t.reader.earliest() <= offset {
+                return Ok(None);
+            }
         };
         // Make sure a crash while this delivery is out can be blamed on it (see group.rs).
         let careful = offset < g.careful_until;
@@ -1434,19 +1438,23 @@ impl Engine {
         let Some(t) = self.topic(topic) else {
             return Ok(GroupInfo::default());
         };
-        let next = t.reader.next();
         let g = lock(&t.groups).get(group).cloned();
         let Some(g) = g else {
+            // Earliest first: both only grow, so a `next` read after it is not below it
+            // (read the other way round, a roll and retention in between put it above).
             let earliest = t.reader.earliest();
+            let next = t.reader.next();
             return Ok(GroupInfo {
                 cursor: earliest,
                 next,
-                lag: next - earliest,
+                lag: next.saturating_sub(earliest),
                 ..GroupInfo::default()
             });
         };
         let mut g = g.lock();
         self.clamp(&t, group, &mut g);
+        // After the clamp, for the same reason: the cursor is at most the log's end.
+        let next = t.reader.next();
         Ok(GroupInfo {
             cursor: g.cursor,
             next,

@@ -248,6 +248,21 @@ impl Consumer {
 
 impl Drop for Consumer {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            // Its last delivery may still be out in a handler the panic unwinds (a delivery
+            // dropped after its consumer): released, not acked, so it comes again either way.
+            if let Some(t) = self.previous.take() {
+                let sh = &self.shared;
+                let released = sh.spool.with_engine(|e| {
+                    e.release_delivery(&sh.group, t);
+                    Ok(())
+                });
+                if released.is_ok() {
+                    sh.wakeup.wake();
+                }
+            }
+            return;
+        }
         if let Err(e) = self.ack_previous() {
             tracing::debug!(error = %e, "auto-ack on consumer drop failed");
         }

@@ -1,5 +1,5 @@
 //! The `Spool` handle, consumers, and the threads an instance owns (group commit, the
-//! ticker for interval syncs, auto-ack commits and retention). **Invariant:** the only
+//! ticker for auto-ack commits and retention, and the interval syncs). **Invariant:** the only
 //! module importing tokio; only tokio's runtime-agnostic `sync` and `time` parts are
 //! used, so every `async fn` works under any tokio runtime. No std lock is held across
 //! an `.await`.
@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering, fence};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::thread::JoinHandle;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use tokio::sync::Notify;
@@ -92,7 +92,7 @@ impl Spool {
 
     fn open_on(fs: Fs, options: Options) -> Result<Spool> {
         let sync = options.sync;
-        let tick = tick_interval(&options);
+        let ticking = options.clone();
         let engine = Arc::new(Engine::open(fs, options, now_ms())?);
         let inner = Arc::new(Inner {
             engine: Arc::new(RwLock::new(Some(engine))),
@@ -101,7 +101,7 @@ impl Spool {
             ticker: Ticker::default(),
             sync,
         });
-        inner.ticker.start(inner.engine.clone(), tick)?;
+        inner.ticker.start(inner.engine.clone(), &ticking)?;
         Ok(Spool { inner })
     }
 
@@ -323,29 +323,36 @@ impl Drop for WaitGuard<'_> {
     }
 }
 
-fn tick_interval(o: &Options) -> Duration {
-    let mut ms = o.commit_interval_ms.min(o.retention_check_ms);
-    if let SyncPolicy::Interval(d) = o.sync {
-        ms = ms.min(u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-    }
-    Duration::from_millis(ms.max(1))
-}
-
-/// The background thread: interval syncs, auto-ack commits, retention.
+/// The background threads: `spool-ticker` (auto-ack commits, retention) and, under
+/// `Sync=Interval`, `spool-interval-sync` (its own thread, so that a slow commit or
+/// retention pass never delays a sync past its interval).
 #[derive(Default)]
 struct Ticker {
     stop: Arc<(Mutex<bool>, Condvar)>,
-    thread: Mutex<Option<JoinHandle<()>>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl Ticker {
-    fn start(&self, engine: Arc<RwLock<Option<Arc<Engine>>>>, tick: Duration) -> Result<()> {
-        let stop = self.stop.clone();
-        let t = std::thread::Builder::new()
-            .name("spool-ticker".into())
-            .spawn(move || ticker_loop(engine, stop, tick))
-            .map_err(|e| Error::io("starting the background thread", e))?;
-        *self.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(t);
+    fn start(&self, engine: Arc<RwLock<Option<Arc<Engine>>>>, options: &Options) -> Result<()> {
+        let mut threads = self.threads.lock().unwrap_or_else(|e| e.into_inner());
+        let (slot, stop) = (engine.clone(), self.stop.clone());
+        let commit = Duration::from_millis(options.commit_interval_ms.max(1));
+        let retention = Duration::from_millis(options.retention_check_ms.max(1));
+        threads.push(
+            std::thread::Builder::new()
+                .name("spool-ticker".into())
+                .spawn(move || ticker_loop(&slot, &stop, commit, retention))
+                .map_err(|e| Error::io("starting the background thread", e))?,
+        );
+        if let SyncPolicy::Interval(every) = options.sync {
+            let stop = self.stop.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name("spool-interval-sync".into())
+                    .spawn(move || interval_sync_loop(&engine, &stop, every))
+                    .map_err(|e| Error::io("starting the interval sync thread", e))?,
+            );
+        }
         Ok(())
     }
 
@@ -353,58 +360,92 @@ impl Ticker {
         let (m, c) = &*self.stop;
         *m.lock().unwrap_or_else(|e| e.into_inner()) = true;
         c.notify_all();
-        let t = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
-        if let Some(t) = t
-            && join
-            && t.thread().id() != std::thread::current().id()
-        {
-            let _ = t.join();
+        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
+        for t in threads {
+            if join && t.thread().id() != std::thread::current().id() {
+                let _ = t.join();
+            }
         }
     }
 }
 
-fn ticker_loop(
-    slot: Arc<RwLock<Option<Arc<Engine>>>>,
-    stop: Arc<(Mutex<bool>, Condvar)>,
-    tick: Duration,
-) {
-    let mut last_commit = std::time::Instant::now();
-    let mut last_retention = std::time::Instant::now();
-    let mut last_sync = std::time::Instant::now();
+/// Waits until `until` or a stop; true if stopped.
+fn wait_until(stop: &(Mutex<bool>, Condvar), until: Instant) -> bool {
+    let (m, c) = stop;
+    let mut guard = m.lock().unwrap_or_else(|e| e.into_inner());
     loop {
-        {
-            let (m, c) = &*stop;
-            let guard = m.lock().unwrap_or_else(|e| e.into_inner());
-            let (guard, _) = c
-                .wait_timeout_while(guard, tick, |stopped| !*stopped)
-                .unwrap_or_else(|e| e.into_inner());
-            if *guard {
-                return;
-            }
+        if *guard {
+            return true;
+        }
+        let now = Instant::now();
+        if now >= until {
+            return false;
+        }
+        guard = c
+            .wait_timeout(guard, until - now)
+            .unwrap_or_else(|e| e.into_inner())
+            .0;
+    }
+}
+
+/// When the next interval sync starts: `every` after the last one started, less what
+/// that one took, so that a record written just after a sync started is durable about
+/// `every` later (the promise: a power cut loses at most the last `every`). A sync slower
+/// than `every` is followed at once by the next.
+fn next_interval_sync(started: Instant, took: Duration, every: Duration) -> Instant {
+    started + every.saturating_sub(took)
+}
+
+fn interval_sync_loop(
+    slot: &RwLock<Option<Arc<Engine>>>,
+    stop: &(Mutex<bool>, Condvar),
+    every: Duration,
+) {
+    let mut next = Instant::now() + every;
+    loop {
+        if wait_until(stop, next) {
+            return;
         }
         let Some(engine) = slot.read().unwrap_or_else(|e| e.into_inner()).clone() else {
             return;
         };
-        let o = engine.options();
-        if let SyncPolicy::Interval(d) = o.sync
-            && last_sync.elapsed() >= d
-        {
-            last_sync = std::time::Instant::now();
-            if let Err(e) = engine.sync_all() {
-                tracing::error!(error = %e, "interval sync failed");
-            }
+        let started = Instant::now();
+        if let Err(e) = engine.sync_all() {
+            tracing::error!(error = %e, "interval sync failed");
         }
-        if last_commit.elapsed() >= Duration::from_millis(o.commit_interval_ms) {
-            last_commit = std::time::Instant::now();
+        drop(engine);
+        next = next_interval_sync(started, started.elapsed(), every);
+    }
+}
+
+/// Auto-ack commits every `commit` and retention every `retention`, each at its own
+/// deadline (not on a common tick, which would make either run up to a tick late).
+fn ticker_loop(
+    slot: &RwLock<Option<Arc<Engine>>>,
+    stop: &(Mutex<bool>, Condvar),
+    commit: Duration,
+    retention: Duration,
+) {
+    let mut next_commit = Instant::now() + commit;
+    let mut next_retention = Instant::now() + retention;
+    loop {
+        if wait_until(stop, next_commit.min(next_retention)) {
+            return;
+        }
+        let Some(engine) = slot.read().unwrap_or_else(|e| e.into_inner()).clone() else {
+            return;
+        };
+        let now = Instant::now();
+        if now >= next_commit {
+            next_commit = now + commit;
             if let Err(e) = engine.commit_groups(false) {
                 tracing::error!(error = %e, "periodic cursor commit failed");
             }
         }
-        if last_retention.elapsed() >= Duration::from_millis(o.retention_check_ms) {
-            last_retention = std::time::Instant::now();
-            match engine.apply_retention(now_ms(), false) {
-                Ok(()) => {}
-                Err(e) => tracing::error!(error = %e, "retention failed"),
+        if now >= next_retention {
+            next_retention = now + retention;
+            if let Err(e) = engine.apply_retention(now_ms(), false) {
+                tracing::error!(error = %e, "retention failed");
             }
         }
         drop(engine);
