@@ -86,14 +86,7 @@ async fn every_field_follows_the_group() {
 fn group_info_of_a_missing_group_racing_retention_has_a_sane_lag() {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::time::{Duration, Instant};
-    // In memory where there is a tmpfs: faster rolls make the race likelier.
-    let base = std::path::Path::new("/dev/shm");
-    let dir = if base.is_dir() {
-        tempfile::tempdir_in(base)
-    } else {
-        tempfile::tempdir()
-    }
-    .unwrap();
+    let dir = common_groups::tmpfs_tempdir();
     let mq = open(
         dir.path(),
         "Sync=None;Segment Bytes=1024;Retention Bytes=1;Retention Check Ms=3600000;Dedup Window=0",

@@ -242,14 +242,7 @@ async fn a_last_nack_of_a_record_retention_took_counts_it_skipped() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retention_racing_a_hand_out_does_not_stall_a_waiting_consumer() {
     use std::time::{Duration, Instant};
-    // In memory where there is a tmpfs: faster rolls make the race likelier.
-    let base = std::path::Path::new("/dev/shm");
-    let dir = if base.is_dir() {
-        tempfile::tempdir_in(base)
-    } else {
-        tempfile::tempdir()
-    }
-    .unwrap();
+    let dir = common_groups::tmpfs_tempdir();
     let mq = open(
         dir.path(),
         "Sync=Interval:100000;Segment Bytes=1024;Retention Bytes=1;Retention Check Ms=3600000;Dedup Window=0",

@@ -1571,15 +1571,20 @@ mod tests {
     /// Appends `payloads` as one batch (no headers); the first one's offset.
     pub(super) fn append_all(log: &mut TopicLog, payloads: &[Vec<u8>]) -> u64 {
         let headers = Headers::new();
-        let batch: Vec<Append> = payloads
+        log.append(&batch_of(payloads, &headers), 0)
+            .expect("append")
+    }
+
+    /// One `Append` per payload, all with `headers`.
+    fn batch_of<'a>(payloads: &'a [Vec<u8>], headers: &'a Headers) -> Vec<Append<'a>> {
+        payloads
             .iter()
             .map(|p| Append {
                 payload: p,
-                headers: &headers,
-                headers_len: record::headers_len(&headers),
+                headers,
+                headers_len: record::headers_len(headers),
             })
-            .collect();
-        log.append(&batch, 0).expect("append")
+            .collect()
     }
 
     pub(super) fn append_one(log: &mut TopicLog, payload: &[u8]) -> u64 {
@@ -1601,17 +1606,10 @@ mod tests {
         let mut log = TopicLog::open(&Fs::real(), dir.path(), cfg, 0).expect("open");
         append_one(&mut log, b"before");
         let headers = Headers::new();
-        let small = vec![1u8; 10];
-        let big = vec![2u8; cfg.max_body];
-        let batch: Vec<Append> = [&small, &big]
-            .iter()
-            .map(|p| Append {
-                payload: p,
-                headers: &headers,
-                headers_len: record::headers_len(&headers),
-            })
-            .collect();
-        let err = log.append(&batch, 0).expect_err("over the ceiling");
+        let payloads = [vec![1u8; 10], vec![2u8; cfg.max_body]];
+        let err = log
+            .append(&batch_of(&payloads, &headers), 0)
+            .expect_err("over the ceiling");
         assert!(matches!(err, Error::MessageTooLarge { .. }), "{err:?}");
         assert_eq!(log.next(), 1, "nothing of the batch appended");
         assert_eq!(append_one(&mut log, b"after"), 1);

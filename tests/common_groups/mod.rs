@@ -161,3 +161,15 @@ pub fn assert_aborted(status: ExitStatus) {
     #[cfg(not(unix))]
     assert!(!status.success(), "child should abort: {status:?}");
 }
+
+/// A temporary directory in memory where there is a tmpfs (`/dev/shm`): faster rolls and
+/// deletes make the races some tests provoke likelier.
+pub fn tmpfs_tempdir() -> tempfile::TempDir {
+    let base = std::path::Path::new("/dev/shm");
+    if base.is_dir() {
+        tempfile::tempdir_in(base)
+    } else {
+        tempfile::tempdir()
+    }
+    .expect("tempdir")
+}
