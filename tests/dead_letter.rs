@@ -458,3 +458,95 @@ async fn a_message_that_panics_its_handler_every_time_is_dead_lettered_at_the_li
     c.close().await.unwrap();
     assert_eq!(mq.group_info(TOPIC, GROUP).unwrap().cursor, 2);
 }
+
+/// Drops `d` while this thread panics (a handler that failed, the panic caught).
+fn panic_with(d: spool::Delivery) {
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+        let _held = d;
+        panic!("the handler failed");
+    }));
+    assert!(r.is_err());
+}
+
+/// A message panics took to the limit and a close came before the next hand-out: the
+/// reopened group dead-letters it at its first hand-out (the attempts are in the catalog),
+/// instead of handing it out past the limit.
+#[tokio::test]
+async fn a_message_charged_to_the_limit_before_a_close_is_dead_lettered_after_the_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let conn = "Max Delivery Attempts=2";
+    let mq = open(dir.path(), conn);
+    publish_poison_then_good(&mq).await;
+    let mut c = mq.consumer(TOPIC, GROUP).manual_ack().build().unwrap();
+    for attempt in 1..=2 {
+        let d = recv(&mut c).await;
+        assert_eq!((d.offset(), d.attempt()), (0, attempt));
+        panic_with(d);
+    }
+    drop(c);
+    mq.close().await.unwrap();
+    let mq = open(dir.path(), conn);
+    let mut c = mq.consumer(TOPIC, GROUP).manual_ack().build().unwrap();
+    let d = recv(&mut c).await;
+    assert_eq!(
+        (d.offset(), d.attempt()),
+        (1, 1),
+        "offset 0 went to the DLQ"
+    );
+    let copies = all_records(&mq, DLQ).await;
+    assert_eq!(copies.len(), 1);
+    assert_eq!(copies[0].headers()[X_ORIGINAL_OFFSET], "0");
+    assert_eq!(
+        copies[0].headers()[X_DEAD_LETTER_REASON],
+        spool::consts::PANICKED_REASON
+    );
+}
+
+/// The same poison message when each panic drops the consumer before the delivery (the
+/// delivery declared first): the consumer's drop leaves the delivery to its own drop,
+/// which charges it, so the attempts still count up to the dead-letter topic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panic_that_drops_the_consumer_first_still_counts_the_attempt() {
+    let dir = tempfile::tempdir().unwrap();
+    let mq = open(dir.path(), "Max Delivery Attempts=2");
+    publish_poison_then_good(&mq).await;
+    for attempt in 1..=2u32 {
+        let mq2 = mq.clone();
+        let worker = tokio::spawn(async move {
+            let d;
+            let mut c = mq2.consumer(TOPIC, GROUP).build().unwrap();
+            d = recv(&mut c).await;
+            assert_eq!((d.offset(), d.attempt()), (0, attempt));
+            panic!("the handler of offset {} failed", d.offset());
+        });
+        assert!(worker.await.unwrap_err().is_panic());
+    }
+    let mut c = mq.consumer(TOPIC, GROUP).build().unwrap();
+    assert_eq!(recv(&mut c).await.offset(), 1, "offset 0 went to the DLQ");
+    assert_eq!(all_records(&mq, DLQ).await.len(), 1);
+}
+
+/// A handled auto-ack delivery that outlives its consumer, dropped by a panic elsewhere
+/// (the delivery moved out of the panicking task): its own drop acks it, so it is neither
+/// delivered again nor left out for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_handled_after_its_consumer_panicked_away_is_acked() {
+    let dir = tempfile::tempdir().unwrap();
+    let mq = open(dir.path(), "");
+    publish_poison_then_good(&mq).await;
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let mq2 = mq.clone();
+    let worker = tokio::spawn(async move {
+        let mut c = mq2.consumer(TOPIC, GROUP).build().unwrap();
+        tx.send(recv(&mut c).await).unwrap();
+        panic!("the consumer's task failed after handing its delivery on");
+    });
+    assert!(worker.await.unwrap_err().is_panic());
+    let d = rx.await.unwrap();
+    assert_eq!(d.offset(), 0);
+    drop(d); // handled
+    let mut c = mq.consumer(TOPIC, GROUP).build().unwrap();
+    assert_eq!(recv(&mut c).await.offset(), 1, "offset 0 was acked by its drop");
+    c.close().await.unwrap();
+    assert_eq!(mq.group_info(TOPIC, GROUP).unwrap().cursor, 2);
+}

@@ -450,6 +450,27 @@ impl Engine {
                 tracing::warn!(topic = %topic, group = %group, charged = rec.in_flight.len(),
                     careful_until = g.careful_until, "unclean stop: charged deliveries that were out");
             }
+            // Charged to the limit (a panicking handler) and not dead-lettered before the
+            // stop: the first hand-out dead-letters them (they may sit at the read position,
+            // not queued for redelivery, when nothing after them was out).
+            let max = engine.opts.max_delivery_attempts;
+            if max > 0 {
+                let due: Vec<u64> = g
+                    .attempts
+                    .iter()
+                    .filter(|(o, a)| {
+                        a.attempts >= max
+                            && **o >= g.cursor
+                            && **o < next
+                            && !g.done_above.contains(*o)
+                    })
+                    .map(|(o, _)| *o)
+                    .collect();
+                for o in due.into_iter().rev() {
+                    g.materialize_to(o);
+                    g.charged_out.push(o);
+                }
+            }
             // With the attempt rows of records the log lost (`cut_back_to`): a record
             // published later at such an offset must not inherit their count.
             ops.extend(group_ops(&topic, &group, &mut g));
