@@ -546,7 +546,11 @@ async fn a_delivery_handled_after_its_consumer_panicked_away_is_acked() {
     assert_eq!(d.offset(), 0);
     drop(d); // handled
     let mut c = mq.consumer(TOPIC, GROUP).build().unwrap();
-    assert_eq!(recv(&mut c).await.offset(), 1, "offset 0 was acked by its drop");
+    assert_eq!(
+        recv(&mut c).await.offset(),
+        1,
+        "offset 0 was acked by its drop"
+    );
     c.close().await.unwrap();
     assert_eq!(mq.group_info(TOPIC, GROUP).unwrap().cursor, 2);
 }
