@@ -47,7 +47,6 @@ pub const UNCLEAN_STOP_REASON: &str = "in flight when the process stopped withou
 /// The reason of an attempt charged to a delivery dropped while its handler panicked.
 pub const PANICKED_REASON: &str = "dropped while its handler panicked";
 
-/// Records read ahead per group.
 /// What the dead-letter headers can add to a message's: the reason (cut to
 /// `MAX_NACK_REASON_BYTES`) and five short values (two names, three numbers), with their
 /// keys and postcard's length prefixes. So a message published at both limits still gets a
@@ -74,6 +73,7 @@ const MAX_BODY: usize = record::BODY_FIXED_LEN
     + MAX_HEADER_BYTES_LIMIT
     + DEAD_LETTER_HEADER_BYTES;
 
+/// Records read ahead per group.
 const PREFETCH_RECORDS: usize = 1024;
 const PREFETCH_BYTES: usize = 1 << 20;
 
@@ -1029,7 +1029,6 @@ impl Engine {
         Ok(None)
     }
 
-    /// Puts an unfinished delivery back for redelivery without counting an attempt.
     /// A delivery dropped while its thread panics: its handler failed, so it counts as a
     /// nacked attempt (`PANICKED_REASON`) and comes again. Runs inside a `Drop`, so the
     /// attempt is committed without waiting (a crash before that commit forgets it, as it
@@ -1081,6 +1080,7 @@ impl Engine {
         Ok(())
     }
 
+    /// Puts an unfinished delivery back for redelivery without counting an attempt.
     pub fn release_delivery(&self, r: &GroupRef, ticket: Ticket) {
         let mut g = r.group.lock();
         if g.holds(ticket.offset, ticket.epoch, ticket.token) {
