@@ -14,7 +14,7 @@ use crate::format::record::Record;
 use std::sync::Arc;
 
 use crate::queue::{GroupRef, LentRecords, NackOutcome, Ticket};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
 /// Configures a [`Consumer`].
 #[derive(Debug)]
@@ -65,7 +65,7 @@ impl ConsumerBuilder {
                 spool: self.spool,
                 group,
                 wakeup,
-                previous_state: AtomicU64::new(0),
+                orphan: std::sync::Mutex::new(None),
             }),
             manual_ack: self.manual_ack,
             previous: None,
@@ -108,34 +108,30 @@ struct Shared {
     spool: Spool,
     group: GroupRef,
     wakeup: Arc<Wakeup>,
-    /// Auto-ack: where the consumer's previous delivery is (`previous_state`), so that a
-    /// panic unwinding the consumer and its delivery in either order neither acks an
-    /// unhandled delivery nor leaves a handled one out for good.
-    previous_state: AtomicU64,
+    /// Auto-ack: the previous delivery of a consumer a panic dropped while deliveries of
+    /// it were still alive (one of them may be that delivery, in a handler the panic
+    /// unwinds after the consumer). Acked when the last of them is gone (`Drop`): by then
+    /// it was handled, or a panic dropped it and charged it (the ack then finds it no
+    /// longer held). Only this rare path takes the lock; a hand-out and a drop touch
+    /// nothing here.
+    orphan: std::sync::Mutex<Option<Ticket>>,
 }
 
-/// `Shared::previous_state` values: the delivery's offset (shifted) and where it is.
-const OUT: u64 = 1;
-/// Dropped outside a panic (handled): the consumer acks it.
-const HANDLED: u64 = 2;
-/// Its consumer was dropped by a panic while it was still out: its own drop finishes it.
-const ORPHANED: u64 = 3;
-
-fn previous_state(offset: u64, state: u64) -> u64 {
-    (offset << 2) | state
-}
-
-impl Shared {
-    /// Moves the previous delivery at `offset` from `OUT` to `to`; false if it was not out.
-    fn previous_moves(&self, offset: u64, to: u64) -> bool {
-        self.previous_state
-            .compare_exchange(
-                previous_state(offset, OUT),
-                previous_state(offset, to),
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            )
-            .is_ok()
+impl Drop for Shared {
+    fn drop(&mut self) {
+        let orphan = self
+            .orphan
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(t) = orphan {
+            let acked = self
+                .spool
+                .with_engine(|e| e.ack_delivery(&self.group, t, false).map(|_| ()));
+            if acked.is_ok() {
+                self.wakeup.wake();
+            }
+        }
     }
 }
 
@@ -180,9 +176,6 @@ impl Consumer {
             token: l.token,
         };
         self.previous = Some(ticket);
-        self.shared
-            .previous_state
-            .store(previous_state(offset, OUT), Ordering::Release);
         Some(Delivery {
             shared: self.shared.clone(),
             record,
@@ -212,9 +205,6 @@ impl Consumer {
             let ticket = h.ticket();
             if !self.manual_ack {
                 self.previous = Some(ticket);
-                self.shared
-                    .previous_state
-                    .store(previous_state(ticket.offset, OUT), Ordering::Release);
             }
             if let Some(records) = h.lent {
                 self.lent = Some(Lent {
@@ -284,14 +274,15 @@ impl Consumer {
 
 impl Drop for Consumer {
     fn drop(&mut self) {
-        // Dropped by a panic while its last delivery is still out (a handler the panic
-        // unwinds may hold it, dropped after the consumer): not acked here; that
-        // delivery's own drop charges it (a panic) or acks it (handled after all).
+        // Dropped by a panic while deliveries of it are alive (a handler the panic unwinds
+        // may hold the last one, dropped after the consumer): not acked now, but when the
+        // last of them is gone (`Shared`'s drop), after its own drop charged it if a panic
+        // dropped it.
         if std::thread::panicking()
-            && let Some(t) = self.previous
-            && self.shared.previous_moves(t.offset, ORPHANED)
+            && Arc::strong_count(&self.shared) > 1
+            && let Some(t) = self.previous.take()
         {
-            self.previous = None;
+            *self.shared.orphan.lock().unwrap_or_else(|e| e.into_inner()) = Some(t);
             return;
         }
         if let Err(e) = self.ack_previous() {
@@ -434,22 +425,14 @@ impl Drop for Delivery {
         // attempt, delivered again, so the next `recv` or the consumer's close (which ack
         // what they still hold) find it no longer held.
         let panicking = std::thread::panicking();
-        let t = self.ticket;
-        let sh = &self.shared;
-        // An auto-ack delivery handled (dropped outside a panic) is its consumer's to ack;
-        // unless a panic dropped that consumer first, and then nobody else will.
-        let orphan_handled = !self.release_on_drop
-            && !panicking
-            && !sh.previous_moves(t.offset, HANDLED)
-            && { sh.previous_state.load(Ordering::Acquire) == previous_state(t.offset, ORPHANED) };
-        if !self.release_on_drop && !panicking && !orphan_handled {
+        if !self.release_on_drop && !panicking {
             return;
         }
+        let t = self.ticket;
+        let sh = &self.shared;
         let released = sh.spool.with_engine(|e| {
             if panicking {
                 e.charge_panicked(&sh.group, t);
-            } else if orphan_handled {
-                e.ack_delivery(&sh.group, t, false)?;
             } else {
                 e.release_delivery(&sh.group, t);
             }
