@@ -497,6 +497,21 @@ impl World {
             .push(format!("{} release {}", GROUPS[i], t.offset));
     }
 
+    /// A held delivery dropped by a panicking handler: one attempt charged without
+    /// waiting for its commit; at the limit the next hand-out dead-letters it (checked:
+    /// no hand-out past the limit, no skip, one copy).
+    fn panic_drop(&mut self, i: usize) {
+        if self.g[i].held.is_empty() {
+            return;
+        }
+        let k = self.rand(self.g[i].held.len() as u64) as usize;
+        let (t, _) = self.g[i].held.remove(k);
+        let r = self.ref_(i);
+        self.e().charge_panicked(&r, t);
+        self.trace
+            .push(format!("{} panic drop {}", GROUPS[i], t.offset));
+    }
+
     fn low_level(&mut self, i: usize) {
         let cursor = self.e().group_info("t", GROUPS[i]).expect("info").cursor;
         // Whatever delivery holds the cursor is stale from now on.
@@ -726,7 +741,8 @@ impl World {
             32..=47 => self.auto_next(i),
             48..=57 => self.ack(i),
             58..=69 => self.nack(i),
-            70..=72 => self.release(i),
+            70..=71 => self.release(i),
+            72 => self.panic_drop(i),
             73..=76 => self.low_level(i),
             77..=79 => self.reset(i),
             80..=82 => {
