@@ -497,15 +497,11 @@ impl World {
             .push(format!("{} release {}", GROUPS[i], t.offset));
     }
 
-    /// A held delivery dropped by a panicking handler: one attempt charged without
-    /// waiting for its commit; at the limit the next hand-out dead-letters it (checked:
-    /// no hand-out past the limit, no skip, one copy).
+    /// A delivery (held, or the auto one) dropped by a panicking handler: one attempt
+    /// charged without waiting for its commit; at the limit the next hand-out
+    /// dead-letters it (checked: no hand-out past the limit, no skip, one copy).
     fn panic_drop(&mut self, i: usize) {
-        if self.g[i].held.is_empty() {
-            return;
-        }
-        let k = self.rand(self.g[i].held.len() as u64) as usize;
-        let (t, _) = self.g[i].held.remove(k);
+        let Some(t) = self.pick(i) else { return };
         let r = self.ref_(i);
         self.e().charge_panicked(&r, t);
         self.trace
