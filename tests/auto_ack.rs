@@ -7,7 +7,7 @@
 
 mod common_groups;
 
-use common_groups::{assert_nothing, open, publish_n, recv};
+use common_groups::{assert_nothing, open, panic_with, panics, publish_n, recv};
 
 const TOPIC: &str = "auto.events";
 const GROUP: &str = "workers";
@@ -359,16 +359,14 @@ async fn a_delivery_dropped_by_a_panicking_handler_is_delivered_again() {
     let mq = open(dir.path(), "");
     publish_n(&mq, TOPIC, 3).await;
     // The whole task dies: the consumer is dropped after the delivery, both while unwinding.
-    let worker = {
-        let mq = mq.clone();
-        tokio::spawn(async move {
-            let mut c = mq.consumer(TOPIC, GROUP).build().unwrap();
-            let d = recv(&mut c).await;
-            assert_eq!(d.offset(), 0);
-            panic!("the handler of offset {} failed", d.offset());
-        })
-    };
-    assert!(worker.await.unwrap_err().is_panic());
+    let mq2 = mq.clone();
+    panics(async move {
+        let mut c = mq2.consumer(TOPIC, GROUP).build().unwrap();
+        let d = recv(&mut c).await;
+        assert_eq!(d.offset(), 0);
+        panic!("the handler of offset {} failed", d.offset());
+    })
+    .await;
     assert_eq!(cursor(&mq), 0);
     let mut c = mq.consumer(TOPIC, GROUP).build().unwrap();
     let again = recv(&mut c).await;
@@ -377,11 +375,7 @@ async fn a_delivery_dropped_by_a_panicking_handler_is_delivered_again() {
     // not ack the delivery the panic dropped either.
     let d = recv(&mut c).await;
     assert_eq!(d.offset(), 1);
-    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
-        let _held = d;
-        panic!("the handler of offset 1 failed");
-    }));
-    assert!(caught.is_err());
+    panic_with(d);
     let again = recv(&mut c).await;
     assert_eq!((again.offset(), again.attempt()), (1, 2), "delivered again");
     assert_eq!(recv(&mut c).await.offset(), 2);
@@ -390,23 +384,22 @@ async fn a_delivery_dropped_by_a_panicking_handler_is_delivered_again() {
 }
 
 /// The same when the delivery outlives its consumer while the panic unwinds (declared
-/// before it): the consumer's drop releases its last delivery instead of acking it.
+/// before it): the consumer's drop leaves its last delivery to that delivery's own drop,
+/// which charges it, instead of acking it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_delivery_dropped_after_its_consumer_by_a_panic_is_delivered_again() {
     let dir = tempfile::tempdir().unwrap();
     let mq = open(dir.path(), "");
     publish_n(&mq, TOPIC, 2).await;
-    let worker = {
-        let mq = mq.clone();
-        tokio::spawn(async move {
-            let d;
-            let mut c = mq.consumer(TOPIC, GROUP).build().unwrap();
-            d = recv(&mut c).await;
-            assert_eq!(d.offset(), 0);
-            panic!("the handler of offset {} failed", d.offset());
-        })
-    };
-    assert!(worker.await.unwrap_err().is_panic());
+    let mq2 = mq.clone();
+    panics(async move {
+        let d;
+        let mut c = mq2.consumer(TOPIC, GROUP).build().unwrap();
+        d = recv(&mut c).await;
+        assert_eq!(d.offset(), 0);
+        panic!("the handler of offset {} failed", d.offset());
+    })
+    .await;
     assert_eq!(cursor(&mq), 0);
     let mut c = mq.consumer(TOPIC, GROUP).build().unwrap();
     assert_eq!(recv(&mut c).await.offset(), 0, "delivered again");

@@ -8,7 +8,7 @@ mod common_groups;
 
 use std::time::UNIX_EPOCH;
 
-use common_groups::{all_records, assert_nothing, open, publish_n, recv};
+use common_groups::{all_records, assert_nothing, open, panic_with, panics, publish_n, recv};
 use spool::consts::{
     X_CONSUMER_GROUP, X_DEAD_LETTER_REASON, X_DELIVERY_ATTEMPTS, X_ORIGINAL_OFFSET,
     X_ORIGINAL_TIMESTAMP, X_ORIGINAL_TOPIC,
@@ -433,14 +433,14 @@ async fn a_message_that_panics_its_handler_every_time_is_dead_lettered_at_the_li
     publish_poison_then_good(&mq).await;
     for (round, manual) in [false, true, false].into_iter().enumerate() {
         let mq2 = mq.clone();
-        let worker = tokio::spawn(async move {
+        panics(async move {
             let b = mq2.consumer(TOPIC, GROUP);
             let mut c = if manual { b.manual_ack() } else { b }.build().unwrap();
             let d = recv(&mut c).await;
             assert_eq!((d.offset(), d.attempt()), (0, round as u32 + 1));
             panic!("the handler cannot take {:?}", d.payload());
-        });
-        assert!(worker.await.unwrap_err().is_panic());
+        })
+        .await;
     }
     let mut c = mq.consumer(TOPIC, GROUP).build().unwrap();
     assert_eq!(
@@ -457,15 +457,6 @@ async fn a_message_that_panics_its_handler_every_time_is_dead_lettered_at_the_li
     assert_eq!(&copies[0].payload()[..], b"poison");
     c.close().await.unwrap();
     assert_eq!(mq.group_info(TOPIC, GROUP).unwrap().cursor, 2);
-}
-
-/// Drops `d` while this thread panics (a handler that failed, the panic caught).
-fn panic_with(d: spool::Delivery) {
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
-        let _held = d;
-        panic!("the handler failed");
-    }));
-    assert!(r.is_err());
 }
 
 /// A message panics took to the limit and a close came before the next hand-out: the
@@ -512,14 +503,14 @@ async fn a_panic_that_drops_the_consumer_first_still_counts_the_attempt() {
     publish_poison_then_good(&mq).await;
     for attempt in 1..=2u32 {
         let mq2 = mq.clone();
-        let worker = tokio::spawn(async move {
+        panics(async move {
             let d;
             let mut c = mq2.consumer(TOPIC, GROUP).build().unwrap();
             d = recv(&mut c).await;
             assert_eq!((d.offset(), d.attempt()), (0, attempt));
             panic!("the handler of offset {} failed", d.offset());
-        });
-        assert!(worker.await.unwrap_err().is_panic());
+        })
+        .await;
     }
     let mut c = mq.consumer(TOPIC, GROUP).build().unwrap();
     assert_eq!(recv(&mut c).await.offset(), 1, "offset 0 went to the DLQ");
@@ -527,8 +518,8 @@ async fn a_panic_that_drops_the_consumer_first_still_counts_the_attempt() {
 }
 
 /// A handled auto-ack delivery that outlives its consumer, dropped by a panic elsewhere
-/// (the delivery moved out of the panicking task): its own drop acks it, so it is neither
-/// delivered again nor left out for good.
+/// (the delivery moved out of the panicking task): it is acked as it is dropped, the last
+/// of its consumer's deliveries, so it is neither delivered again nor left out for good.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_delivery_handled_after_its_consumer_panicked_away_is_acked() {
     let dir = tempfile::tempdir().unwrap();
@@ -536,12 +527,12 @@ async fn a_delivery_handled_after_its_consumer_panicked_away_is_acked() {
     publish_poison_then_good(&mq).await;
     let (tx, rx) = tokio::sync::oneshot::channel();
     let mq2 = mq.clone();
-    let worker = tokio::spawn(async move {
+    panics(async move {
         let mut c = mq2.consumer(TOPIC, GROUP).build().unwrap();
         tx.send(recv(&mut c).await).unwrap();
         panic!("the consumer's task failed after handing its delivery on");
-    });
-    assert!(worker.await.unwrap_err().is_panic());
+    })
+    .await;
     let d = rx.await.unwrap();
     assert_eq!(d.offset(), 0);
     drop(d); // handled

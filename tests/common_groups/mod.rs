@@ -173,3 +173,19 @@ pub fn tmpfs_tempdir() -> tempfile::TempDir {
     }
     .expect("tempdir")
 }
+
+/// Runs `task` on the runtime and checks that it panicked (a handler that failed, its
+/// task dying with the consumer and the delivery it held).
+pub async fn panics(task: impl std::future::Future<Output = ()> + Send + 'static) {
+    let joined = tokio::spawn(task).await;
+    assert!(joined.expect_err("the task panics").is_panic());
+}
+
+/// Drops `d` while this thread panics (a handler that failed, the panic caught).
+pub fn panic_with(d: Delivery) {
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+        let _held = d;
+        panic!("the handler failed");
+    }));
+    assert!(caught.is_err());
+}
