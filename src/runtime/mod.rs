@@ -372,20 +372,12 @@ impl Ticker {
 /// Waits until `until` or a stop; true if stopped.
 fn wait_until(stop: &(Mutex<bool>, Condvar), until: Instant) -> bool {
     let (m, c) = stop;
-    let mut guard = m.lock().unwrap_or_else(|e| e.into_inner());
-    loop {
-        if *guard {
-            return true;
-        }
-        let now = Instant::now();
-        if now >= until {
-            return false;
-        }
-        guard = c
-            .wait_timeout(guard, until - now)
-            .unwrap_or_else(|e| e.into_inner())
-            .0;
-    }
+    let guard = m.lock().unwrap_or_else(|e| e.into_inner());
+    let timeout = until.saturating_duration_since(Instant::now());
+    let (guard, _) = c
+        .wait_timeout_while(guard, timeout, |stopped| !*stopped)
+        .unwrap_or_else(|e| e.into_inner());
+    *guard
 }
 
 /// When the next interval sync starts: `every` after the last one started, less what
