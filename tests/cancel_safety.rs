@@ -210,3 +210,35 @@ async fn dropped_futures_keep_the_contract() {
     drop(a);
     mq.close().await.unwrap();
 }
+
+/// Under `Always` a publish leaves its record in memory for the sync thread, which writes
+/// it just before its sync (held records). A publish cancelled while waiting for that
+/// sync must still have its record written, with no later publish to write it: the topic
+/// is handed to the sync thread before the publish's first `.await`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publish_cancelled_while_its_record_is_held_still_has_it_written() {
+    let fs = SimFs::new(11);
+    let mq = open(&fs);
+    mq.publish("t", &b"first"[..], &Headers::new())
+        .await
+        .expect("publish");
+    fs.hold_syncs(true);
+    {
+        let (_, w) = counting();
+        let h = Headers::new();
+        let mut p = Box::pin(mq.publish("t", &b"cancelled"[..], &h));
+        assert!(poll(p.as_mut(), &w).is_pending(), "waits for its sync");
+    }
+    let until = Instant::now() + Duration::from_secs(5);
+    let mut seen = 0;
+    while Instant::now() < until {
+        seen = mq.fetch("t", 0, 10).await.expect("fetch").len();
+        if seen == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    fs.hold_syncs(false);
+    assert_eq!(seen, 2, "the cancelled publish's record was written");
+    mq.close().await.expect("close");
+}

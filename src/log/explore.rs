@@ -1,4 +1,5 @@
-//! A random exploration of one topic log under crashes (test only): appends, syncs,
+//! A random exploration of one topic log under crashes (test only): appends (held in
+//! memory or written), syncs,
 //! retention (waiting for the sealings or not), process kills (often right after a roll),
 //! power cuts, a switch between background and inline sealing (and, inline, between zeros
 //! ahead with retention's files reused and neither) at each reopen, a slow sync
@@ -115,21 +116,45 @@ fn random_kills_power_cuts_retention_and_slow_or_failing_syncs_keep_the_log_a_pr
                     headers_len: record::headers_len(&headers),
                 };
                 let before = log.reader().snapshot().len();
-                match log.append(&[m], 0) {
+                // `Always`'s layout: half the appends held in memory (`Sync=Always`'s), for
+                // a later append, sync, `write_held` or the kill to meet.
+                let held = cfg.preallocate && next_rand(2) == 0;
+                let appended = if held {
+                    log.append_held(&[m], 0)
+                } else {
+                    log.append(&[m], 0)
+                };
+                match appended {
                     Ok(o) => {
                         if log.reader().snapshot().len() != before && next_rand(3) == 0 {
                             forced = Some(());
                         }
                         assert_eq!(o as usize, model.len());
                         model.push(p);
-                        trace.push("a".into());
+                        trace.push(if held { "h" } else { "a" }.into());
                     }
-                    Err(e) => trace.push(format!("append failed {e}")),
+                    Err(e) => {
+                        // Records held before it are dropped with it (the log is poisoned).
+                        model.truncate(log.reader().next() as usize);
+                        trace.push(format!("append failed {e}"));
+                    }
+                }
+            } else if op < 72 && log.holds() {
+                match log.write_held() {
+                    Ok(()) => trace.push("write held".into()),
+                    Err(e) => {
+                        model.truncate(log.reader().next() as usize);
+                        trace.push(format!("write held failed {e}"));
+                    }
                 }
             } else if op < 74 {
-                if log.sync().is_ok() {
-                    durable = log.next();
-                    trace.push(format!("sync {durable}"));
+                match log.sync() {
+                    Ok(()) => {
+                        durable = log.next();
+                        trace.push(format!("sync {durable}"));
+                    }
+                    // Held records it could not write are dropped.
+                    Err(_) => model.truncate(log.reader().next() as usize),
                 }
             } else if op < 78 {
                 let r = log
@@ -140,6 +165,9 @@ fn random_kills_power_cuts_retention_and_slow_or_failing_syncs_keep_the_log_a_pr
                 let r = log.apply_retention(0, 2500, 0);
                 trace.push(format!("bg retention {r:?}"));
             } else if op < 88 {
+                // Held records never reached the file: a kill loses them (their publishes
+                // had not returned).
+                model.truncate(log.reader().next() as usize);
                 let image = fs.process_crash_now();
                 fs.fail_writes_to(None);
                 drop(log);
@@ -198,6 +226,10 @@ fn random_kills_power_cuts_retention_and_slow_or_failing_syncs_keep_the_log_a_pr
             } else {
                 fs.fail_writes_to(None);
                 if log.poison.get().is_some() || next_rand(2) == 0 {
+                    // A clean stop writes what is held (`quiesce`).
+                    if log.write_held().is_err() {
+                        model.truncate(log.reader().next() as usize);
+                    }
                     drop(log);
                     trace.push("reopen".into());
                     log = reopen_whole(&fs, cfg, &model, "after reopen", &trace);

@@ -85,6 +85,10 @@ pub(crate) const BOOT_MARK_FILE: &str = "boot.mark";
 /// sealed (a cache, never synced; each entry crc'd like an index footer, see `Summaries`).
 pub(crate) const SUMMARIES_FILE: &str = "sealed.sum";
 
+/// The most bytes of records `append_held` keeps in memory: a bigger batch is written
+/// by its publisher (its own write, as big as one cohort's).
+const HOLD_MAX_BYTES: usize = 256 << 10;
+
 /// The most records a read reserves room for up front.
 const READ_CAPACITY_MAX: usize = 4096;
 
@@ -292,6 +296,10 @@ pub struct TopicLog {
     index_buf: Vec<u8>,
     /// The index entries of the batch being appended (kept: no allocation per append).
     entries: Vec<IndexEntry>,
+    /// Records `append_held` encoded into `buf` and not written yet: `write_held` writes
+    /// them (and makes them visible to readers), as does the next `append`, `sync` or
+    /// `quiesce`. Always on the active segment: a roll writes them first.
+    held: Option<Pending>,
     poison: Poison,
     /// Background sealings (`seal_in_background`) by segment base, oldest first: only of
     /// the `MAX_SEALING` segments before the active one, the only ones that can be unsynced.
@@ -611,6 +619,7 @@ impl TopicLog {
             buf: Vec::new(),
             index_buf: Vec::new(),
             entries: Vec::new(),
+            held: None,
             poison,
             sealing: std::collections::VecDeque::new(),
             spare: None,
@@ -692,8 +701,24 @@ impl TopicLog {
         &self.active
     }
 
+    /// The offset the next append gets (records held included).
     pub fn next(&self) -> u64 {
-        self.active.next()
+        self.held
+            .as_ref()
+            .map_or_else(|| self.active.next(), |p| p.next)
+    }
+
+    /// Where the active segment ends once what is held is written: a publish must sync
+    /// it to here to be durable.
+    pub fn end(&self) -> u64 {
+        self.held
+            .as_ref()
+            .map_or_else(|| self.active.end(), |p| p.end)
+    }
+
+    /// Whether records are held (`append_held`) and not written yet.
+    pub fn holds(&self) -> bool {
+        self.held.is_some()
     }
 
     fn check_poison(&self) -> Result<()> {
@@ -708,6 +733,37 @@ impl TopicLog {
     /// Appends `msgs` (already validated) with timestamps `max(now, previous)`. Returns
     /// the first offset; the rest follow densely. One `write` per segment touched.
     pub fn append(&mut self, msgs: &[Append<'_>], now_ms: u64) -> Result<u64> {
+        self.append_inner(msgs, now_ms, false)
+    }
+
+    /// `append`, but the records stay in memory (`write_held`) unless they reach
+    /// `HOLD_MAX_BYTES` or a roll: when every append is synced, the sync thread writes a
+    /// cohort's records in one write just before its sync, so no write lands in the file
+    /// while a sync runs (each cost the sync time, see README, Performance).
+    pub fn append_held(&mut self, msgs: &[Append<'_>], now_ms: u64) -> Result<u64> {
+        self.append_inner(msgs, now_ms, true)
+    }
+
+    /// Writes the records `append_held` left in memory and makes them visible to readers.
+    /// After a failure (which poisons the log) they are dropped.
+    pub fn write_held(&mut self) -> Result<()> {
+        let Some(mut p) = self.held.take() else {
+            return Ok(());
+        };
+        let written = match self.check_poison() {
+            Ok(()) => self.flush(&mut p),
+            Err(e) => {
+                self.buf.clear();
+                self.index_buf.clear();
+                Err(e)
+            }
+        };
+        p.entries.clear();
+        self.entries = p.entries;
+        written
+    }
+
+    fn append_inner(&mut self, msgs: &[Append<'_>], now_ms: u64, hold: bool) -> Result<u64> {
         self.check_poison()?;
         // A record over the ceiling would be written but never read back (every read and
         // recovery takes it for damage): refuse the batch before any of it is written.
@@ -720,8 +776,11 @@ impl TopicLog {
                 });
             }
         }
-        let first = self.active.next();
-        let mut pending = Pending::start(&self.active, std::mem::take(&mut self.entries));
+        let mut pending = match self.held.take() {
+            Some(p) => p,
+            None => Pending::start(&self.active, std::mem::take(&mut self.entries)),
+        };
+        let first = pending.next;
         for m in msgs {
             let hlen = m.headers_len;
             debug_assert_eq!(hlen, record::headers_len(m.headers));
@@ -756,8 +815,12 @@ impl TopicLog {
                 pending.ids += 1;
             }
         }
-        self.flush(&mut pending)?;
-        self.entries = pending.entries;
+        if hold && self.buf.len() < HOLD_MAX_BYTES {
+            self.held = Some(pending);
+        } else {
+            self.flush(&mut pending)?;
+            self.entries = pending.entries;
+        }
         Ok(first)
     }
 
@@ -1019,11 +1082,12 @@ impl TopicLog {
     /// Waits for every background thread of this log (sealings and the spare file): at
     /// close, so that nothing writes in the directory after the instance let it go.
     pub fn quiesce(&mut self) -> Result<()> {
+        let held = self.write_held();
         if let Some(h) = self.spare.take() {
             // A spare made now is still a spare: the next open makes its own.
             let _ = h.join();
         }
-        self.finish_sealing()
+        held.and(self.finish_sealing())
     }
 
     /// Waits for every background sealing; a failure poisons the topic (the records may
@@ -1052,6 +1116,7 @@ impl TopicLog {
 
     /// Makes everything appended so far durable (the segment being sealed included).
     pub fn sync(&mut self) -> Result<()> {
+        self.write_held()?;
         self.finish_sealing()?;
         self.active.sync()
     }
@@ -1157,6 +1222,7 @@ fn seal(fs: &Fs, seg: &Segment, interval: u64, summaries: &Summaries) -> Result<
 }
 
 /// The active segment's state while a batch is being encoded.
+#[derive(Debug)]
 struct Pending {
     end: u64,
     next: u64,
@@ -1618,6 +1684,67 @@ mod tests {
         let read = log.reader().read(0, 10, usize::MAX).expect("read");
         let payloads: Vec<&[u8]> = read.iter().map(|r| &r.payload()[..]).collect();
         assert_eq!(payloads, [&b"before"[..], &b"after"[..]]);
+    }
+
+    /// Held records (`append_held`) have their offsets and count in `next`/`end`, but
+    /// nothing reaches the file or a reader until `write_held` (or an append that is not
+    /// held, or `sync`); a batch of `HOLD_MAX_BYTES` or more is written at once.
+    #[test]
+    fn held_records_are_invisible_until_written_and_a_big_batch_is_not_held() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cfg = LogConfig {
+            segment_bytes: 4 * HOLD_MAX_BYTES as u64,
+            ..always_cfg()
+        };
+        let mut log = TopicLog::open(&Fs::real(), dir.path(), cfg, 0).expect("open");
+        let headers = Headers::new();
+        let small = [b"a".to_vec(), b"b".to_vec()];
+        assert_eq!(
+            log.append_held(&batch_of(&small, &headers), 0)
+                .expect("append held"),
+            0
+        );
+        assert_eq!(
+            log.append_held(&batch_of(&small[..1], &headers), 0)
+                .expect("append held"),
+            2
+        );
+        assert!(log.holds());
+        assert_eq!(log.next(), 3, "held records have their offsets");
+        assert!(
+            log.end() > log.active().end(),
+            "and their place in the segment"
+        );
+        assert_eq!(log.reader().next(), 0, "readers see none of them");
+        assert_eq!(
+            log.active().end(),
+            SEGMENT_HEADER_LEN as u64,
+            "nothing written"
+        );
+        log.write_held().expect("write held");
+        assert!(!log.holds());
+        assert_eq!(log.end(), log.active().end());
+        let read = log.reader().read(0, 10, usize::MAX).expect("read");
+        let got: Vec<&[u8]> = read.iter().map(|r| &r.payload()[..]).collect();
+        assert_eq!(got, [&b"a"[..], &b"b"[..], &b"a"[..]]);
+
+        log.append_held(&batch_of(&small, &headers), 0)
+            .expect("append held");
+        log.sync().expect("sync writes what is held");
+        assert_eq!(log.reader().next(), 5);
+        assert!(log.active().is_synced_to(log.end()));
+
+        let big = vec![vec![7u8; 32 << 10]; HOLD_MAX_BYTES / (32 << 10)];
+        assert_eq!(
+            log.append_held(&batch_of(&big, &headers), 0)
+                .expect("append held"),
+            5
+        );
+        assert!(
+            !log.holds(),
+            "a batch of HOLD_MAX_BYTES is written by its caller"
+        );
+        assert_eq!(log.reader().next(), 5 + big.len() as u64);
     }
 
     /// The offset of the record an old payload forges in `ending_at_a_forged_frame`.

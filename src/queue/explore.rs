@@ -294,6 +294,10 @@ impl World {
         self.now += 1;
         let p = self.e().publish("t", &msgs, self.now).expect("publish");
         if self.sync == SyncPolicy::Always {
+            // What the sync thread does: the held records written, then synced.
+            if let Some(t) = &p.held {
+                t.write_held();
+            }
             p.segment.sync().expect("sync");
         }
         let offs = p.offsets.into_vec();

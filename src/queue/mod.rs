@@ -257,6 +257,11 @@ pub struct Published {
     pub segment: Arc<Segment>,
     /// The segment must be durable up to here (covers de-duplication hits too).
     pub end: u64,
+    /// The topic, when this publish started holding records in memory (`Sync=Always`,
+    /// `TopicLog::append_held`): someone must call `Topic::write_held` before the sync.
+    pub held: Option<Arc<Topic>>,
+    /// Nothing is held: this publish's records are visible to readers already.
+    pub visible: bool,
 }
 
 struct Writer {
@@ -278,6 +283,23 @@ impl std::fmt::Debug for Topic {
 }
 
 impl Topic {
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Writes the records publishes left in memory (`Published::held`); whether there
+    /// were any. A failure poisons the topic, which the publishes waiting on them see.
+    pub fn write_held(&self) -> bool {
+        let mut w = lock(&self.writer);
+        if !w.log.holds() {
+            return false;
+        }
+        if let Err(e) = w.log.write_held() {
+            tracing::debug!(topic = %self.name, error = %e, "writing held records failed");
+        }
+        true
+    }
+
     /// The groups of this topic, so that each can be locked without holding the map.
     fn groups_snapshot(&self) -> Vec<(String, Arc<GroupCell>)> {
         lock(&self.groups)
@@ -675,8 +697,13 @@ impl Engine {
             Some(a) => std::slice::from_ref(a),
             None => &appends[..],
         };
+        let held_before = w.log.holds();
         if !appends.is_empty() {
-            let appended = w.log.append(appends, now_ms);
+            let appended = if self.opts.sync == crate::options::SyncPolicy::Always {
+                w.log.append_held(appends, now_ms)
+            } else {
+                w.log.append(appends, now_ms)
+            };
             // Every id whose record reached the log, also when the batch failed after a
             // part of it did (a failed roll keeps the records before it): a retry must
             // find them, and the window stays the one a reopen rebuilds from the log.
@@ -695,7 +722,9 @@ impl Engine {
                 None => Offsets::Many(offsets),
             },
             segment: w.log.active().clone(),
-            end: w.log.active().end(),
+            end: w.log.end(),
+            held: (!held_before && w.log.holds()).then(|| t.clone()),
+            visible: !w.log.holds(),
         })
     }
 
@@ -742,11 +771,16 @@ impl Engine {
         };
         let LogStats {
             earliest,
-            next,
             bytes,
             segments,
+            ..
         } = t.reader.stats();
-        let dedup_ids = lock(&t.writer).dedup.len();
+        // The offset the next publish gets: records held for the sync thread (`Sync=Always`,
+        // not readable until it writes them) count, as they have their offsets already.
+        let (next, dedup_ids) = {
+            let w = lock(&t.writer);
+            (w.log.next(), w.dedup.len())
+        };
         Ok(TopicInfo {
             earliest,
             next,

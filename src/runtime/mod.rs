@@ -48,8 +48,9 @@ struct Inner {
     /// ticker thread, which never holds the `Inner` itself: so the last handle's drop runs
     /// here, joins the ticker and releases the directory before it returns.
     engine: Arc<RwLock<Option<Arc<Engine>>>>,
-    /// Woken on every publish to a topic and every change that frees a delivery.
-    notify: Mutex<HashMap<String, Arc<Wakeup>>>,
+    /// Woken on every publish to a topic and every change that frees a delivery (shared
+    /// with the sync thread, which wakes a topic's consumers when it writes held records).
+    notify: Arc<Notifiers>,
     syncer: Syncer,
     ticker: Ticker,
     sync: SyncPolicy,
@@ -94,10 +95,12 @@ impl Spool {
         let sync = options.sync;
         let ticking = options.clone();
         let engine = Arc::new(Engine::open(fs, options, now_ms())?);
+        let notify = Arc::new(Notifiers::default());
+        let written = notify.clone();
         let inner = Arc::new(Inner {
             engine: Arc::new(RwLock::new(Some(engine))),
-            notify: Mutex::new(HashMap::new()),
-            syncer: Syncer::start()?,
+            notify,
+            syncer: Syncer::start(move |topic| written.wake(topic))?,
             ticker: Ticker::default(),
             sync,
         });
@@ -122,7 +125,7 @@ impl Spool {
     }
 
     pub(crate) fn notifier(&self, topic: &str) -> Arc<Wakeup> {
-        let mut map = self.inner.notify.lock().unwrap_or_else(|e| e.into_inner());
+        let mut map = self.inner.notify.lock();
         if let Some(n) = map.get(topic) {
             return n.clone();
         }
@@ -132,16 +135,7 @@ impl Spool {
     }
 
     pub(crate) fn wake(&self, topic: &str) {
-        let n = self
-            .inner
-            .notify
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(topic)
-            .cloned();
-        if let Some(n) = n {
-            n.wake();
-        }
+        self.inner.notify.wake(topic);
     }
 
     /// Flushes everything, records a clean stop and releases the directory. Every clone
@@ -171,14 +165,7 @@ impl Spool {
                 }
             }
         }
-        let waiters: Vec<Arc<Wakeup>> = self
-            .inner
-            .notify
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-            .cloned()
-            .collect();
+        let waiters: Vec<Arc<Wakeup>> = self.inner.notify.lock().values().cloned().collect();
         for n in waiters {
             n.notify.notify_waiters();
         }
@@ -195,7 +182,7 @@ impl Spool {
         let payload: Bytes = payload.into();
         let published =
             self.with_engine(|e| e.publish(topic, &[(&payload[..], headers)], now_ms()))?;
-        self.wake(topic);
+        self.published(topic, &published);
         self.durable(&published.segment, published.end).await?;
         published.offsets.first().ok_or_else(|| Error::Unsupported {
             what: "empty publish (internal error)".into(),
@@ -212,9 +199,21 @@ impl Spool {
         let owned: Vec<(Bytes, Headers)> =
             messages.into_iter().map(|(p, h)| (p.into(), h)).collect();
         let published = self.with_engine(|e| e.publish(topic, &owned, now_ms()))?;
-        self.wake(topic);
+        self.published(topic, &published);
         self.durable(&published.segment, published.end).await?;
         Ok(published.offsets.into_vec())
+    }
+
+    /// After a publish, before any `.await` (so that a cancelled publish leaves nothing
+    /// behind): wakes the topic's consumers, or, if its records are held, hands the topic
+    /// to the sync thread, which writes them and then wakes them.
+    fn published(&self, topic: &str, published: &crate::queue::Published) {
+        if published.visible {
+            self.wake(topic);
+        }
+        if let Some(t) = &published.held {
+            self.inner.syncer.hold(t.clone());
+        }
     }
 
     async fn durable(&self, segment: &Arc<crate::log::segment::Segment>, end: u64) -> Result<()> {
@@ -293,6 +292,24 @@ impl Spool {
 /// Waking is skipped when nobody waits (the common case on a busy queue). A waiter counts
 /// itself before it looks at the state, and a waker looks at the count after changing the
 /// state; the two `SeqCst` fences make sure at least one of them sees the other.
+/// Each topic's `Wakeup`, created by its first consumer.
+#[derive(Default)]
+pub(crate) struct Notifiers(Mutex<HashMap<String, Arc<Wakeup>>>);
+
+impl Notifiers {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Wakeup>>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Wakes `topic`'s waiting consumers, if it has any.
+    fn wake(&self, topic: &str) {
+        let n = self.lock().get(topic).cloned();
+        if let Some(n) = n {
+            n.wake();
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 pub(crate) struct Wakeup {
     pub(crate) notify: Notify,

@@ -17,6 +17,7 @@ use std::thread::JoinHandle;
 use crate::error::{Error, Result};
 use crate::log::segment::Segment;
 use crate::parked::Parked;
+use crate::queue::Topic;
 
 /// Publishers waiting for a sync, and the flags between them and the thread.
 #[derive(Default)]
@@ -33,6 +34,9 @@ struct Waiters {
     stopping: AtomicBool,
     /// The thread has ended: nobody syncs any more.
     stopped: AtomicBool,
+    /// Topics whose publishes left records in memory (`Syncer::hold`): the thread writes
+    /// them at the start of its next round, so that round's syncs cover them.
+    held: Mutex<Vec<Arc<Topic>>>,
 }
 
 impl Waiters {
@@ -57,6 +61,10 @@ impl Waiters {
     }
 }
 
+/// Called with a topic's name after the thread wrote its held records (its consumers
+/// can read them now).
+type OnWritten = Box<dyn Fn(&str) + Send>;
+
 pub(crate) struct Syncer {
     join: Mutex<Option<JoinHandle<()>>>,
     /// The sync thread, to unpark (harmless once it has ended).
@@ -65,13 +73,14 @@ pub(crate) struct Syncer {
 }
 
 impl Syncer {
-    pub fn start() -> Result<Syncer> {
+    pub fn start(on_written: impl Fn(&str) + Send + 'static) -> Result<Syncer> {
         let waiters = Arc::new(Waiters::default());
+        let on_written: OnWritten = Box::new(on_written);
         let join = {
             let waiters = waiters.clone();
             std::thread::Builder::new()
                 .name("spool-sync".into())
-                .spawn(move || run(&waiters))
+                .spawn(move || run(&waiters, &on_written))
                 .map_err(|e| Error::io("starting the sync thread", e))?
         };
         Ok(Syncer {
@@ -79,6 +88,16 @@ impl Syncer {
             join: Mutex::new(Some(join)),
             waiters,
         })
+    }
+
+    /// Hands over a topic whose publish left records in memory (`Published::held`): the
+    /// thread writes them before its next sync. Called before the publish awaits.
+    pub fn hold(&self, topic: Arc<Topic>) {
+        let w = &self.waiters;
+        w.held.lock().unwrap_or_else(|e| e.into_inner()).push(topic);
+        if !w.requested.swap(true, Ordering::AcqRel) {
+            self.thread.unpark();
+        }
     }
 
     /// Waits until `segment` is durable up to `end`.
@@ -124,7 +143,7 @@ impl Syncer {
     }
 }
 
-fn run(waiters: &Waiters) {
+fn run(waiters: &Waiters, on_written: &OnWritten) {
     // However the thread ends (a panic included), no publisher may wait for it forever.
     struct Stopped<'a>(&'a Waiters);
     impl Drop for Stopped<'_> {
@@ -136,6 +155,7 @@ fn run(waiters: &Waiters) {
     let _stopped = Stopped(waiters);
     // Kept across rounds (no allocation per round).
     let mut segments: Vec<Arc<Segment>> = Vec::new();
+    let mut held: Vec<Arc<Topic>> = Vec::new();
     loop {
         if !waiters.requested.swap(false, Ordering::AcqRel) {
             if waiters.stopping.load(Ordering::Acquire) {
@@ -146,6 +166,16 @@ fn run(waiters: &Waiters) {
             } else {
                 std::thread::park();
                 continue;
+            }
+        }
+        // Held records first, in one write per topic: this round's syncs cover them.
+        std::mem::swap(
+            &mut held,
+            &mut waiters.held.lock().unwrap_or_else(|e| e.into_inner()),
+        );
+        for t in held.drain(..) {
+            if t.write_held() {
+                on_written(t.name());
             }
         }
         // One sync per distinct segment with a waiter; `Segment::sync` skips work already
@@ -191,7 +221,7 @@ mod tests {
             seal_in_background: false,
         };
         let mut log = TopicLog::open(&Fs::real(), dir.path(), cfg, 0).expect("open");
-        let syncer = Arc::new(Syncer::start().expect("start"));
+        let syncer = Arc::new(Syncer::start(|_| {}).expect("start"));
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .build()
