@@ -272,7 +272,6 @@ fn durable_one_interleaved(count: usize, size: usize) -> Vec<Stat> {
     let rt = rt();
     let mq = open(spool_dir.path(), SyncPolicy::Always);
     let body = bytes::Bytes::from(payload.clone());
-    let h = Headers::new();
     let timed = |lat: &mut Vec<f64>, f: &mut dyn FnMut()| {
         let t = Instant::now();
         f();
@@ -312,17 +311,7 @@ fn durable_one_interleaved(count: usize, size: usize) -> Vec<Stat> {
                     });
                 }
             }),
-            Box::new(|k, lat: &mut Vec<f64>| {
-                rt.block_on(async {
-                    for _ in 0..k {
-                        let t = Instant::now();
-                        mq.publish("bench", body.clone(), &h)
-                            .await
-                            .expect("publish");
-                        lat.push(t.elapsed().as_secs_f64() * 1e6);
-                    }
-                })
-            }),
+            Box::new(|k, lat: &mut Vec<f64>| publish_timed(&rt, &mq, &body, k, lat)),
         ],
     );
     rt.block_on(mq.close()).expect("close");
@@ -506,16 +495,18 @@ fn spool_publish_batch(count: usize, size: usize, batch: usize, sync: SyncPolicy
     stat(count, size, elapsed, Vec::new())
 }
 
-fn spool_publish_one(count: usize, size: usize, sync: SyncPolicy) -> Stat {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let rt = rt();
-    let mq = open(dir.path(), sync);
-    let payload = bytes::Bytes::from(vec![7u8; size]);
+/// `k` publishes of `payload` to topic `bench`, one at a time, each one's latency pushed
+/// to `lat` in µs.
+fn publish_timed(
+    rt: &tokio::runtime::Runtime,
+    mq: &Spool,
+    payload: &bytes::Bytes,
+    k: usize,
+    lat: &mut Vec<f64>,
+) {
     let h = Headers::new();
-    let mut lat = Vec::with_capacity(count);
-    let start = Instant::now();
     rt.block_on(async {
-        for _ in 0..count {
+        for _ in 0..k {
             let t = Instant::now();
             mq.publish("bench", payload.clone(), &h)
                 .await
@@ -523,6 +514,16 @@ fn spool_publish_one(count: usize, size: usize, sync: SyncPolicy) -> Stat {
             lat.push(t.elapsed().as_secs_f64() * 1e6);
         }
     });
+}
+
+fn spool_publish_one(count: usize, size: usize, sync: SyncPolicy) -> Stat {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rt = rt();
+    let mq = open(dir.path(), sync);
+    let payload = bytes::Bytes::from(vec![7u8; size]);
+    let mut lat = Vec::with_capacity(count);
+    let start = Instant::now();
+    publish_timed(&rt, &mq, &payload, count, &mut lat);
     let elapsed = start.elapsed();
     rt.block_on(mq.close()).expect("close");
     stat(count, size, elapsed, lat)
