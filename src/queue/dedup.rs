@@ -70,6 +70,18 @@ impl Dedup {
         }
     }
 
+    /// Forgets the ids of records at or after `next`: held records a failed write
+    /// dropped (`Writer::forget_dropped`), whose offsets the next appends get again.
+    pub fn forget_from(&mut self, next: u64) {
+        while self.order.back().is_some_and(|(_, o)| *o >= next) {
+            if let Some((id, offset)) = self.order.pop_back()
+                && self.map.get(&id) == Some(&offset)
+            {
+                self.map.remove(&id);
+            }
+        }
+    }
+
     fn evict_front(&mut self) {
         if let Some((id, offset)) = self.order.pop_front() {
             // Only if the map still points at this entry (an id may be re-appended after
@@ -98,5 +110,19 @@ mod tests {
         assert_eq!(d.lookup("b"), None);
         assert_eq!(d.lookup("c"), Some(2));
         assert_eq!(Dedup::new(0).lookup("x"), None);
+    }
+
+    #[test]
+    fn forget_from_drops_the_newest_ids_only() {
+        let mut d = Dedup::new(4);
+        d.insert("a", 0);
+        d.insert("b", 1);
+        d.insert("c", 2);
+        d.forget_from(1);
+        assert_eq!(d.lookup("a"), Some(0));
+        assert_eq!((d.lookup("b"), d.lookup("c")), (None, None));
+        assert_eq!(d.len(), 1);
+        d.insert("b", 1);
+        assert_eq!(d.lookup("b"), Some(1));
     }
 }

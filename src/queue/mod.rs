@@ -269,6 +269,15 @@ struct Writer {
     dedup: Dedup,
 }
 
+impl Writer {
+    /// After a failed write: the held records it dropped (`TopicLog::write_held`) lose
+    /// their ids too, or a retry would be a de-duplication hit on a record never written
+    /// (its offset given to another record after a reopen).
+    fn forget_dropped(&mut self) {
+        self.dedup.forget_from(self.log.next());
+    }
+}
+
 pub struct Topic {
     name: String,
     writer: Mutex<Writer>,
@@ -290,12 +299,16 @@ impl Topic {
     /// Writes the records publishes left in memory (`Published::held`); whether there
     /// were any. A failure poisons the topic, which the publishes waiting on them see.
     pub fn write_held(&self) -> bool {
-        let mut w = lock(&self.writer);
+        Self::write_held_locked(&self.name, &mut lock(&self.writer))
+    }
+
+    fn write_held_locked(name: &str, w: &mut Writer) -> bool {
         if !w.log.holds() {
             return false;
         }
         if let Err(e) = w.log.write_held() {
-            tracing::debug!(topic = %self.name, error = %e, "writing held records failed");
+            tracing::debug!(topic = %name, error = %e, "writing held records failed");
+            w.forget_dropped();
         }
         true
     }
@@ -389,11 +402,17 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// The embedded engine behind a `Spool`.
+/// `Engine::set_on_visible`'s callback.
+type OnVisible = Box<dyn Fn(&str) + Send + Sync>;
+
 pub struct Engine {
     fs: Fs,
     opts: Options,
     catalog: Catalog,
     topics: RwLock<BTreeMap<String, Arc<Topic>>>,
+    /// Told a topic's name when records became readable outside a publish (a dead-letter
+    /// copy, and the held records written with it): the runtime wakes its consumers.
+    on_visible: std::sync::OnceLock<OnVisible>,
     _lock: DirLock,
 }
 
@@ -428,6 +447,7 @@ impl Engine {
             opts,
             catalog,
             topics: RwLock::new(BTreeMap::new()),
+            on_visible: std::sync::OnceLock::new(),
             _lock: dir_lock,
         };
         let mut names: Vec<String> = engine.catalog.topics()?.into_keys().collect();
@@ -708,6 +728,9 @@ impl Engine {
             // part of it did (a failed roll keeps the records before it): a retry must
             // find them, and the window stays the one a reopen rebuilds from the log.
             let next = w.log.next();
+            if appended.is_err() {
+                w.forget_dropped();
+            }
             for (id, o) in new_ids {
                 if o < next {
                     w.dedup.insert(id, o);
@@ -739,21 +762,40 @@ impl Engine {
         let t = self.topic_or_create(topic, now_ms)?;
         let mut w = lock(&t.writer);
         let headers_len = record::headers_len(headers);
-        let o = w.log.append(
+        let appended = w.log.append(
             &[Append {
                 payload,
                 headers,
                 headers_len,
             }],
             now_ms,
-        )?;
+        );
+        if appended.is_err() {
+            w.forget_dropped();
+        }
+        let o = appended?;
         // Not looked up (two groups may dead-letter one message), but remembered, so the
         // window is the same as the one a reopen rebuilds from the log.
         if let Some(id) = headers.get(MESSAGE_ID_HEADER) {
             w.dedup.insert(id, o);
         }
-        w.log.sync()?;
+        let synced = w.log.sync();
+        drop(w);
+        // The copy, and records held before it that its append wrote, are readable now.
+        self.visible(topic);
+        synced?;
         Ok(o)
+    }
+
+    /// Sets what `visible` calls (once; the runtime's consumer wake-up).
+    pub fn set_on_visible(&self, f: impl Fn(&str) + Send + Sync + 'static) {
+        let _ = self.on_visible.set(Box::new(f));
+    }
+
+    fn visible(&self, topic: &str) {
+        if let Some(f) = self.on_visible.get() {
+            f(topic);
+        }
     }
 
     pub fn fetch(&self, topic: &str, from: u64, max: usize) -> Result<Vec<Record>> {
@@ -769,18 +811,16 @@ impl Engine {
         let Some(t) = self.topic(topic) else {
             return Ok(TopicInfo::default());
         };
+        // The log's end as readers, `group_info` and `reset` see it: records held for the
+        // sync thread (`Sync=Always`) are not in it until written, as their publishes
+        // have not returned (and a failed write drops them).
         let LogStats {
             earliest,
+            next,
             bytes,
             segments,
-            ..
         } = t.reader.stats();
-        // The offset the next publish gets: records held for the sync thread (`Sync=Always`,
-        // not readable until it writes them) count, as they have their offsets already.
-        let (next, dedup_ids) = {
-            let w = lock(&t.writer);
-            (w.log.next(), w.dedup.len())
-        };
+        let dedup_ids = lock(&t.writer).dedup.len();
         Ok(TopicInfo {
             earliest,
             next,
@@ -1586,7 +1626,11 @@ impl Engine {
             // A segment still being sealed in the background is part of "everything".
             let synced = {
                 let mut w = lock(&t.writer);
-                w.log.quiesce().map(|()| w.log.active().clone())
+                let quiesced = w.log.quiesce();
+                if quiesced.is_err() {
+                    w.forget_dropped();
+                }
+                quiesced.map(|()| w.log.active().clone())
             }
             .and_then(|active| active.sync());
             if let Err(e) = synced {

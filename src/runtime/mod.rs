@@ -96,6 +96,8 @@ impl Spool {
         let ticking = options.clone();
         let engine = Arc::new(Engine::open(fs, options, now_ms())?);
         let notify = Arc::new(Notifiers::default());
+        let visible = notify.clone();
+        engine.set_on_visible(move |topic| visible.wake(topic));
         let written = notify.clone();
         let inner = Arc::new(Inner {
             engine: Arc::new(RwLock::new(Some(engine))),
