@@ -545,3 +545,20 @@ async fn a_delivery_handled_after_its_consumer_panicked_away_is_acked() {
     c.close().await.unwrap();
     assert_eq!(mq.group_info(TOPIC, GROUP).unwrap().cursor, 2);
 }
+
+/// A consumer already waiting on the dead-letter topic gets a copy as soon as it lands:
+/// the dead-letter append wakes that topic's consumers (before, only a publish to the
+/// dead-letter topic did, so a replayer slept through every copy until one came).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_waiting_on_the_dead_letter_topic_gets_the_copy_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let mq = open(dir.path(), "Max Delivery Attempts=1");
+    publish_n(&mq, TOPIC, 1).await;
+    let mut replayer = mq.consumer(DLQ, "replayer").build().unwrap();
+    let waiting = tokio::spawn(async move { recv(&mut replayer).await.offset() });
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    let out = mq.nack(TOPIC, GROUP, 0, "broken").await.unwrap();
+    assert!(out.dead_lettered);
+    assert_eq!(waiting.await.expect("the replayer got the copy"), 0);
+    mq.close().await.unwrap();
+}
