@@ -168,3 +168,58 @@ async fn topic_info_group_info_and_reset_agree_on_the_log_end() {
     assert_eq!(latest.expect("reset"), 2);
     mq.close().await.expect("close");
 }
+
+/// A publish whose batch rolls writes the records held before it into the old segment,
+/// which the roll seals; when starting the next segment then fails, that publish fails,
+/// but the held records are readable (and durable) and must wake the waiting consumer
+/// (found by a second review: the failed publish returned before waking anyone, the sync
+/// thread found nothing held, and the poisoned topic took no more publishes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_records_written_by_a_publish_that_then_failed_wake_the_waiting_consumer() {
+    let fs = SimFs::new(11);
+    let mq = Spool::open_simulated(
+        Options {
+            sync: SyncPolicy::Always,
+            segment_bytes: 1024,
+            ..spool::testing::without_background_work(Options::new("/data"))
+        },
+        &fs,
+    )
+    .expect("open");
+    let none = Headers::new();
+    assert_eq!(mq.publish("t", &b"zero"[..], &none).await.expect("p"), 0);
+    let mut c = mq
+        .consumer("t", "g")
+        .manual_ack()
+        .build()
+        .expect("consumer");
+    c.recv().await.expect("zero").ack().await.expect("ack");
+    let waiting = tokio::spawn(async move { c.recv().await.map(|d| d.offset()) });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+
+    let (release, blocker) = block_the_sync_thread(&mq, &fs).await;
+    let held = {
+        let mq = mq.clone();
+        tokio::spawn(async move { mq.publish("t", vec![1u8; 300], &with_id("one")).await })
+    };
+    assert!(
+        eventually(|| mq.topic_info("t").expect("info").dedup_ids == 1),
+        "appended (held)"
+    );
+    // The next segment (base 2) cannot be made: the batch's roll fails after it wrote
+    // the held record into segment 0 and sealed it.
+    let next_segment = format!("/data/topics/t/{:020}.log", 2);
+    fs.fail_writes_to(Some(Path::new(&next_segment)));
+    let batch = mq
+        .publish_batch("t", vec![(vec![2u8; 800], Headers::new())])
+        .await;
+    fs.fail_writes_to(None);
+    assert!(batch.is_err(), "the roll failed: {batch:?}");
+    assert_eq!(mq.fetch("t", 1, 10).await.expect("fetch").len(), 1);
+    let woken = tokio::time::timeout(Duration::from_secs(3), waiting).await;
+    drop(release);
+    let _ = blocker.await;
+    let _ = held.await;
+    let woken = woken.expect("the waiting consumer is woken for the readable record");
+    assert_eq!(woken.expect("task").expect("recv"), 1);
+}

@@ -183,8 +183,8 @@ impl Spool {
     ) -> Result<u64> {
         let payload: Bytes = payload.into();
         let published =
-            self.with_engine(|e| e.publish(topic, &[(&payload[..], headers)], now_ms()))?;
-        self.published(topic, &published);
+            self.with_engine(|e| e.publish(topic, &[(&payload[..], headers)], now_ms()));
+        let published = self.published(topic, published)?;
         self.durable(&published.segment, published.end).await?;
         published.offsets.first().ok_or_else(|| Error::Unsupported {
             what: "empty publish (internal error)".into(),
@@ -200,22 +200,34 @@ impl Spool {
         // In place when `P` is `Bytes` (same layout): no second list.
         let owned: Vec<(Bytes, Headers)> =
             messages.into_iter().map(|(p, h)| (p.into(), h)).collect();
-        let published = self.with_engine(|e| e.publish(topic, &owned, now_ms()))?;
-        self.published(topic, &published);
+        let published = self.with_engine(|e| e.publish(topic, &owned, now_ms()));
+        let published = self.published(topic, published)?;
         self.durable(&published.segment, published.end).await?;
         Ok(published.offsets.into_vec())
     }
 
     /// After a publish, before any `.await` (so that a cancelled publish leaves nothing
     /// behind): wakes the topic's consumers, or, if its records are held, hands the topic
-    /// to the sync thread, which writes them and then wakes them.
-    fn published(&self, topic: &str, published: &crate::queue::Published) {
-        if published.visible {
-            self.wake(topic);
+    /// to the sync thread, which writes them and then wakes them. A failed publish wakes
+    /// them too: it may have written records before it failed (held ones of other
+    /// publishes, or its batch's part before a failed roll).
+    fn published(
+        &self,
+        topic: &str,
+        published: Result<crate::queue::Published>,
+    ) -> Result<crate::queue::Published> {
+        match &published {
+            Ok(p) => {
+                if p.visible {
+                    self.wake(topic);
+                }
+                if let Some(t) = &p.held {
+                    self.inner.syncer.hold(t.clone());
+                }
+            }
+            Err(_) => self.wake(topic),
         }
-        if let Some(t) = &published.held {
-            self.inner.syncer.hold(t.clone());
-        }
+        published
     }
 
     async fn durable(&self, segment: &Arc<crate::log::segment::Segment>, end: u64) -> Result<()> {
