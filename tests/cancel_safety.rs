@@ -242,3 +242,43 @@ async fn a_publish_cancelled_while_its_record_is_held_still_has_it_written() {
     assert_eq!(seen, 2, "the cancelled publish's record was written");
     mq.close().await.expect("close");
 }
+
+/// The last `Spool` handle may be dropped by a waker the sync thread runs (a waker that
+/// owns a handle: an executor that drops a finished task's state in `wake`). The drop
+/// then stops the sync thread from that thread itself: it must not join itself (it
+/// panicked there: "Resource deadlock avoided", and the waker never returned).
+#[test]
+fn the_last_handle_dropped_by_a_waker_on_the_sync_thread_does_not_join_it() {
+    struct DropsSpool(std::sync::Mutex<Option<Spool>>, std::sync::mpsc::Sender<()>);
+    impl Wake for DropsSpool {
+        fn wake(self: Arc<Self>) {
+            drop(self.0.lock().unwrap().take());
+            let _ = self.1.send(());
+        }
+    }
+    let fs = SimFs::new(17);
+    let mq = open(&fs);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    // The topic first: creating it commits the catalog, which would wait for the syncs.
+    rt.block_on(mq.publish("t", &b"first"[..], &Headers::new()))
+        .expect("publish");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let waker = Waker::from(Arc::new(DropsSpool(
+        std::sync::Mutex::new(Some(mq.clone())),
+        tx,
+    )));
+    fs.hold_syncs(true);
+    {
+        let publisher = mq.clone();
+        let mut p =
+            Box::pin(async move { publisher.publish("t", &b"x"[..], &Headers::new()).await });
+        assert!(poll(p.as_mut(), &waker).is_pending(), "waits for its sync");
+    }
+    drop(mq);
+    // The waker's handle is the last one; the sync thread drops it when the sync lands.
+    fs.hold_syncs(false);
+    rx.recv_timeout(Duration::from_secs(10))
+        .expect("the waker ran and the drop returned");
+}

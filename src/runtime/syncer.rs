@@ -137,7 +137,11 @@ impl Syncer {
         self.waiters.stopping.store(true, Ordering::Release);
         // The thread answers every waiter as it ends (see `run`).
         self.thread.unpark();
-        if let Some(t) = self.join.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        if let Some(t) = self.join.lock().unwrap_or_else(|e| e.into_inner()).take()
+            // Not from the thread itself: a waker it runs may drop the last `Spool`. It
+            // then ends on its own, after answering what is parked.
+            && t.thread().id() != std::thread::current().id()
+        {
             let _ = t.join();
         }
     }
