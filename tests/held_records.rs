@@ -47,6 +47,20 @@ fn spawn_publish(
     tokio::spawn(async move { mq.publish(topic, &b"x"[..], &headers).await })
 }
 
+/// A consumer of `topic` that took and acked its record 0 and now waits in `recv` (on a
+/// task of its own, given time to get there): the offset it gets next.
+async fn waiting_consumer(mq: &Spool, topic: &str) -> tokio::task::JoinHandle<spool::Result<u64>> {
+    let mut c = mq
+        .consumer(topic, "g")
+        .manual_ack()
+        .build()
+        .expect("consumer");
+    c.recv().await.expect("record 0").ack().await.expect("ack");
+    let waiting = tokio::spawn(async move { c.recv().await.map(|d| d.offset()) });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    waiting
+}
+
 /// Lets held syncs go when dropped, a failed assertion included (no test hangs in close).
 struct Release(SimFs);
 impl Drop for Release {
@@ -108,14 +122,7 @@ async fn a_dead_letter_append_wakes_the_consumers_of_its_topic() {
     let none = Headers::new();
     mq.publish("t", &b"bad"[..], &none).await.expect("p");
     mq.publish("t.dlq", &b"old"[..], &none).await.expect("p");
-    let mut c = mq
-        .consumer("t.dlq", "replayer")
-        .manual_ack()
-        .build()
-        .expect("consumer");
-    c.recv().await.expect("old").ack().await.expect("ack");
-    let waiting = tokio::spawn(async move { c.recv().await.expect("recv").offset() });
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    let waiting = waiting_consumer(&mq, "t.dlq").await;
 
     let (release, blocker) = block_the_sync_thread(&mq, &fs).await;
     let user = spawn_publish(&mq, "t.dlq", with_id("replay"));
@@ -129,10 +136,8 @@ async fn a_dead_letter_append_wakes_the_consumers_of_its_topic() {
     drop(release);
     assert_eq!(blocker.await.expect("task").expect("p"), 1);
     assert_eq!(user.await.expect("task").expect("p"), 1);
-    assert_eq!(
-        woken.expect("the waiting consumer is woken").expect("task"),
-        1
-    );
+    let woken = woken.expect("the waiting consumer is woken");
+    assert_eq!(woken.expect("task").expect("recv"), 1);
     mq.close().await.expect("close");
 }
 
@@ -188,14 +193,7 @@ async fn held_records_written_by_a_publish_that_then_failed_wake_the_waiting_con
     .expect("open");
     let none = Headers::new();
     assert_eq!(mq.publish("t", &b"zero"[..], &none).await.expect("p"), 0);
-    let mut c = mq
-        .consumer("t", "g")
-        .manual_ack()
-        .build()
-        .expect("consumer");
-    c.recv().await.expect("zero").ack().await.expect("ack");
-    let waiting = tokio::spawn(async move { c.recv().await.map(|d| d.offset()) });
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    let waiting = waiting_consumer(&mq, "t").await;
 
     let (release, blocker) = block_the_sync_thread(&mq, &fs).await;
     let held = {
