@@ -299,15 +299,12 @@ impl Topic {
     /// Writes the records publishes left in memory (`Published::held`); whether there
     /// were any. A failure poisons the topic, which the publishes waiting on them see.
     pub fn write_held(&self) -> bool {
-        Self::write_held_locked(&self.name, &mut lock(&self.writer))
-    }
-
-    fn write_held_locked(name: &str, w: &mut Writer) -> bool {
+        let mut w = lock(&self.writer);
         if !w.log.holds() {
             return false;
         }
         if let Err(e) = w.log.write_held() {
-            tracing::debug!(topic = %name, error = %e, "writing held records failed");
+            tracing::debug!(topic = %self.name, error = %e, "writing held records failed");
             w.forget_dropped();
         }
         true

@@ -301,11 +301,6 @@ impl Spool {
     }
 }
 
-/// Wakes the consumers of one topic that wait for a record or a free delivery slot.
-///
-/// Waking is skipped when nobody waits (the common case on a busy queue). A waiter counts
-/// itself before it looks at the state, and a waker looks at the count after changing the
-/// state; the two `SeqCst` fences make sure at least one of them sees the other.
 /// Each topic's `Wakeup`, created by its first consumer.
 #[derive(Default)]
 pub(crate) struct Notifiers(Mutex<HashMap<String, Arc<Wakeup>>>);
@@ -324,6 +319,11 @@ impl Notifiers {
     }
 }
 
+/// Wakes the consumers of one topic that wait for a record or a free delivery slot.
+///
+/// Waking is skipped when nobody waits (the common case on a busy queue). A waiter counts
+/// itself before it looks at the state, and a waker looks at the count after changing the
+/// state; the two `SeqCst` fences make sure at least one of them sees the other.
 #[derive(Debug, Default)]
 pub(crate) struct Wakeup {
     pub(crate) notify: Notify,
