@@ -217,7 +217,9 @@ async fn held_records_written_by_a_publish_that_then_failed_wake_the_waiting_con
     let woken = tokio::time::timeout(Duration::from_secs(3), waiting).await;
     drop(release);
     let _ = blocker.await;
-    let _ = held.await;
+    // Its record was written and synced (the roll sealed it) before the topic failed.
+    let held = held.await.expect("task");
+    assert_eq!(held.expect("the held publish is durable"), 1);
     let woken = woken.expect("the waiting consumer is woken for the readable record");
     assert_eq!(woken.expect("task").expect("recv"), 1);
 }

@@ -43,11 +43,14 @@ impl Waiters {
     /// Whether `segment` is durable to `end` (or can never be): checked under the list's
     /// lock by waiters, after the sync by the thread, so no wake-up is lost.
     fn outcome(&self, segment: &Segment, end: u64) -> Option<Result<()>> {
-        if let Some(reason) = segment.poisoned() {
-            return Some(Err(Error::Poisoned { reason }));
-        }
+        // Durable first: a roll can write and seal held records, then fail and poison the
+        // topic; those publishes succeeded (an error would make a retry append twice).
+        // Records a failure dropped are never synced (the file stops growing at it).
         if segment.is_synced_to(end) {
             return Some(Ok(()));
+        }
+        if let Some(reason) = segment.poisoned() {
+            return Some(Err(Error::Poisoned { reason }));
         }
         self.stopped
             .load(Ordering::Acquire)
