@@ -407,8 +407,9 @@ pub struct Engine {
     opts: Options,
     catalog: Catalog,
     topics: RwLock<BTreeMap<String, Arc<Topic>>>,
-    /// Told a topic's name when records became readable outside a publish (a dead-letter
-    /// copy, and the held records written with it): the runtime wakes its consumers.
+    /// Told a topic's name when records became readable other than by a publish that
+    /// returns (a dead-letter copy, held records written with it or by a publish that then
+    /// failed): the runtime wakes its consumers.
     on_visible: std::sync::OnceLock<OnVisible>,
     _lock: DirLock,
 }
@@ -727,6 +728,9 @@ impl Engine {
             let next = w.log.next();
             if appended.is_err() {
                 w.forget_dropped();
+                // It may have written records before it failed (held ones of other
+                // publishes, or its batch's part before a failed roll).
+                self.visible(topic);
             }
             for (id, o) in new_ids {
                 if o < next {
@@ -769,6 +773,7 @@ impl Engine {
         );
         if appended.is_err() {
             w.forget_dropped();
+            self.visible(topic);
         }
         let o = appended?;
         // Not looked up (two groups may dead-letter one message), but remembered, so the

@@ -96,13 +96,17 @@ impl Spool {
         let ticking = options.clone();
         let engine = Arc::new(Engine::open(fs, options, now_ms())?);
         let notify = Arc::new(Notifiers::default());
-        let visible = notify.clone();
-        engine.set_on_visible(move |topic| visible.wake(topic));
-        let written = notify.clone();
+        // Records readable other than by a returning publish: the engine's and the sync
+        // thread's.
+        let wake = {
+            let notify = notify.clone();
+            move |topic: &str| notify.wake(topic)
+        };
+        engine.set_on_visible(wake.clone());
         let inner = Arc::new(Inner {
             engine: Arc::new(RwLock::new(Some(engine))),
             notify,
-            syncer: Syncer::start(move |topic| written.wake(topic))?,
+            syncer: Syncer::start(wake)?,
             ticker: Ticker::default(),
             sync,
         });
@@ -183,8 +187,8 @@ impl Spool {
     ) -> Result<u64> {
         let payload: Bytes = payload.into();
         let published =
-            self.with_engine(|e| e.publish(topic, &[(&payload[..], headers)], now_ms()));
-        let published = self.published(topic, published)?;
+            self.with_engine(|e| e.publish(topic, &[(&payload[..], headers)], now_ms()))?;
+        self.published(topic, &published);
         self.durable(&published.segment, published.end).await?;
         published.offsets.first().ok_or_else(|| Error::Unsupported {
             what: "empty publish (internal error)".into(),
@@ -200,34 +204,23 @@ impl Spool {
         // In place when `P` is `Bytes` (same layout): no second list.
         let owned: Vec<(Bytes, Headers)> =
             messages.into_iter().map(|(p, h)| (p.into(), h)).collect();
-        let published = self.with_engine(|e| e.publish(topic, &owned, now_ms()));
-        let published = self.published(topic, published)?;
+        let published = self.with_engine(|e| e.publish(topic, &owned, now_ms()))?;
+        self.published(topic, &published);
         self.durable(&published.segment, published.end).await?;
         Ok(published.offsets.into_vec())
     }
 
     /// After a publish, before any `.await` (so that a cancelled publish leaves nothing
     /// behind): wakes the topic's consumers, or, if its records are held, hands the topic
-    /// to the sync thread, which writes them and then wakes them. A failed publish wakes
-    /// them too: it may have written records before it failed (held ones of other
-    /// publishes, or its batch's part before a failed roll).
-    fn published(
-        &self,
-        topic: &str,
-        published: Result<crate::queue::Published>,
-    ) -> Result<crate::queue::Published> {
-        match &published {
-            Ok(p) => {
-                if p.visible {
-                    self.wake(topic);
-                }
-                if let Some(t) = &p.held {
-                    self.inner.syncer.hold(t.clone());
-                }
-            }
-            Err(_) => self.wake(topic),
+    /// to the sync thread, which writes them and then wakes them. (A failed publish that
+    /// wrote records wakes them in the engine: `Engine::set_on_visible`.)
+    fn published(&self, topic: &str, published: &crate::queue::Published) {
+        if published.visible {
+            self.wake(topic);
         }
-        published
+        if let Some(t) = &published.held {
+            self.inner.syncer.hold(t.clone());
+        }
     }
 
     async fn durable(&self, segment: &Arc<crate::log::segment::Segment>, end: u64) -> Result<()> {
