@@ -213,8 +213,10 @@ async fn dropped_futures_keep_the_contract() {
 
 /// Under `Always` a publish leaves its record in memory for the sync thread, which writes
 /// it just before its sync (held records). A publish cancelled while waiting for that
-/// sync must still have its record written, with no later publish to write it: the topic
-/// is handed to the sync thread before the publish's first `.await`.
+/// sync must still have its record written, with no later publish to write it (the topic
+/// is handed to the sync thread before the publish's first `.await`), and made durable by
+/// that round's sync: a round that synced before writing would leave it unsynced until
+/// some later publish or the close.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_publish_cancelled_while_its_record_is_held_still_has_it_written() {
     let fs = SimFs::new(11);
@@ -240,6 +242,14 @@ async fn a_publish_cancelled_while_its_record_is_held_still_has_it_written() {
     }
     fs.hold_syncs(false);
     assert_eq!(seen, 2, "the cancelled publish's record was written");
+    let until = Instant::now() + Duration::from_secs(5);
+    let mut durable = 0;
+    while Instant::now() < until && durable < 2 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let image = open(&fs.crash_now());
+        durable = image.fetch("t", 0, 10).await.expect("fetch").len();
+    }
+    assert_eq!(durable, 2, "and synced, with nothing else to sync it");
     mq.close().await.expect("close");
 }
 
