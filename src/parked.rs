@@ -56,18 +56,20 @@ impl<K> Parked<K> {
         }
     }
 
-    /// Wakes and forgets every parked waker whose key `due` says is decided. Call after
-    /// moving the mark.
-    pub fn wake_where(&self, due: impl Fn(&K) -> bool) {
+    /// Wakes and forgets every parked waker whose key `due` says is decided, and returns
+    /// how many. Call after moving the mark.
+    pub fn wake_where(&self, due: impl Fn(&K) -> bool) -> usize {
         let mut woken = self.woken.lock().unwrap_or_else(|e| e.into_inner());
         {
             let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
             woken.extend(list.extract_if(.., |(k, _)| due(k)).map(|(_, w)| w));
         }
+        let n = woken.len();
         // Outside the list's lock: a woken task that parks again must not wait for it.
         for w in woken.drain(..) {
             w.wake();
         }
+        n
     }
 }
 

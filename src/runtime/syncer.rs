@@ -6,13 +6,15 @@
 //! thread lowers the flag, syncs each segment a parked waiter waits on once (skipping
 //! those a previous sync already covered) and wakes every waiter its sync covered. While
 //! it syncs, new waiters park and share the next sync: N concurrent publishers cost far
-//! fewer than N fsyncs. No topic lock is held across the fsync, so readers and writers
-//! go on.
+//! fewer than N fsyncs. Before its next round it waits a little for the publishers it
+//! woke (see `run`), so they share one sync instead of taking turns. No topic lock is
+//! held across the fsync, so readers and writers go on.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::Poll;
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::log::segment::Segment;
@@ -30,6 +32,11 @@ struct Waiters {
     next_id: std::sync::atomic::AtomicU64,
     /// A waiter parked since the thread last looked at the list.
     requested: AtomicBool,
+    /// Waiters parked since the thread's last wake-up round began, and how many it woke
+    /// (the publishers it expects back): the waiter that brings `arrived` to `expected`
+    /// unparks the thread, which lingers for them (see `run`).
+    arrived: AtomicUsize,
+    expected: AtomicUsize,
     /// `stop` was called: the thread answers what is parked, then ends.
     stopping: AtomicBool,
     /// The thread has ended: nobody syncs any more.
@@ -57,10 +64,11 @@ impl Waiters {
             .then_some(Err(Error::Closed))
     }
 
-    /// Wakes every waiter that has its outcome (all of them once stopped).
-    fn wake_decided(&self) {
+    /// Wakes every waiter that has its outcome (all of them once stopped); returns how
+    /// many.
+    fn wake_decided(&self) -> usize {
         self.parked
-            .wake_where(|(seg, end, _)| self.outcome(seg, *end).is_some());
+            .wake_where(|(seg, end, _)| self.outcome(seg, *end).is_some())
     }
 }
 
@@ -125,8 +133,12 @@ impl Syncer {
                 None => {
                     // Parked first, then flagged: the thread clears the flag before it
                     // reads the list, so it either sees this waiter or is woken again.
-                    if !seen && !w.requested.swap(true, Ordering::AcqRel) {
-                        self.thread.unpark();
+                    if !seen {
+                        let first = !w.requested.swap(true, Ordering::AcqRel);
+                        let n = w.arrived.fetch_add(1, Ordering::AcqRel) + 1;
+                        if first || n == w.expected.load(Ordering::Acquire) {
+                            self.thread.unpark();
+                        }
                     }
                     Poll::Pending
                 }
@@ -163,11 +175,13 @@ fn run(waiters: &Waiters, on_written: &OnWritten) {
     // Kept across rounds (no allocation per round).
     let mut segments: Vec<Arc<Segment>> = Vec::new();
     let mut held: Vec<Arc<Topic>> = Vec::new();
+    // Until when the next round waits for the publishers the last one woke.
+    let mut linger: Option<Instant> = None;
     loop {
-        if !waiters.requested.swap(false, Ordering::AcqRel) {
+        if !waiters.requested.load(Ordering::Acquire) {
             if waiters.stopping.load(Ordering::Acquire) {
                 // One last look: a waiter that parked before `stop` is still synced.
-                if !waiters.requested.swap(false, Ordering::AcqRel) {
+                if !waiters.requested.load(Ordering::Acquire) {
                     return;
                 }
             } else {
@@ -175,6 +189,25 @@ fn run(waiters: &Waiters, on_written: &OnWritten) {
                 continue;
             }
         }
+        // Work is waiting. Publishers the last round woke usually publish again within
+        // tens of microseconds: waiting for them lets one sync cover both cohorts, instead
+        // of the two taking turns between syncs (a 64 KiB sync costs ~1.3x a 32 KiB one).
+        // Bounded by half the last sync, and skipped after a wait that timed out.
+        let mut timed_out = false;
+        if let Some(until) = linger.take() {
+            while waiters.arrived.load(Ordering::Acquire) < waiters.expected.load(Ordering::Acquire)
+                && !waiters.stopping.load(Ordering::Acquire)
+            {
+                let now = Instant::now();
+                if now >= until {
+                    timed_out = true;
+                    break;
+                }
+                std::thread::park_timeout(until - now);
+            }
+        }
+        // Lowered only now: while it lingers, arrivals do not unpark it one by one.
+        waiters.requested.store(false, Ordering::Release);
         // Held records first, in one write per topic: this round's syncs cover them.
         std::mem::swap(
             &mut held,
@@ -192,12 +225,25 @@ fn run(waiters: &Waiters, on_written: &OnWritten) {
                 segments.push(seg.clone());
             }
         });
+        let synced = Instant::now();
+        let syncs = !segments.is_empty();
         for seg in segments.drain(..) {
             let _ = seg.sync();
         }
-        waiters.wake_decided();
+        let took = synced.elapsed();
+        // Count from before the wake-up: woken publishers can park again at once.
+        waiters.arrived.store(0, Ordering::Release);
+        waiters.expected.store(usize::MAX, Ordering::Release);
+        let woken = waiters.wake_decided();
+        if syncs && woken > 0 && !timed_out {
+            waiters.expected.store(woken, Ordering::Release);
+            linger = Some(Instant::now() + (took / 2).min(MAX_LINGER));
+        }
     }
 }
+
+/// The longest a round waits for the publishers the previous one woke.
+const MAX_LINGER: Duration = Duration::from_micros(500);
 
 #[cfg(test)]
 mod tests {
@@ -217,8 +263,13 @@ mod tests {
         log.active().end()
     }
 
-    #[test]
-    fn concurrent_waiters_share_syncs_and_a_stopped_syncer_answers_closed() {
+    /// A log of 1 MiB segments (no roll in these tests), a sync thread and a runtime.
+    fn setup() -> (
+        tempfile::TempDir,
+        TopicLog,
+        Arc<Syncer>,
+        tokio::runtime::Runtime,
+    ) {
         let dir = tempfile::tempdir().expect("tempdir");
         let cfg = LogConfig {
             segment_bytes: 1 << 20,
@@ -227,12 +278,19 @@ mod tests {
             preallocate: true,
             seal_in_background: false,
         };
-        let mut log = TopicLog::open(&Fs::real(), dir.path(), cfg, 0).expect("open");
+        let log = TopicLog::open(&Fs::real(), dir.path(), cfg, 0).expect("open");
         let syncer = Arc::new(Syncer::start(|_| {}).expect("start"));
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
+            .enable_time()
             .build()
             .expect("runtime");
+        (dir, log, syncer, rt)
+    }
+
+    #[test]
+    fn concurrent_waiters_share_syncs_and_a_stopped_syncer_answers_closed() {
+        let (_dir, mut log, syncer, rt) = setup();
         let ends: Vec<u64> = (0..64).map(|_| append(&mut log)).collect();
         let seg = log.active().clone();
         rt.block_on(async {
@@ -250,5 +308,31 @@ mod tests {
         let end = append(&mut log);
         let late = rt.block_on(syncer.sync(seg, end));
         assert!(matches!(late, Err(Error::Closed)), "{late:?}");
+    }
+
+    #[test]
+    fn a_round_waits_for_the_publishers_the_last_one_woke_only_so_long() {
+        let (_dir, mut log, syncer, rt) = setup();
+        let seg = log.active().clone();
+        rt.block_on(async {
+            for _ in 0..20 {
+                // Two waiters, usually woken by one round: the next round expects both back.
+                let (e1, e2) = (append(&mut log), append(&mut log));
+                let (a, b) =
+                    tokio::join!(syncer.sync(seg.clone(), e1), syncer.sync(seg.clone(), e2));
+                a.expect("synced");
+                b.expect("synced");
+                // Only one comes back: its round waits at most its bound, then syncs.
+                for _ in 0..3 {
+                    let e = append(&mut log);
+                    let late = Duration::from_secs(20);
+                    tokio::time::timeout(late, syncer.sync(seg.clone(), e))
+                        .await
+                        .expect("not held back for a publisher that left")
+                        .expect("synced");
+                }
+            }
+        });
+        syncer.stop();
     }
 }
