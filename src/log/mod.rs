@@ -303,7 +303,7 @@ pub struct TopicLog {
     poison: Poison,
     /// Background sealings (`seal_in_background`) by segment base, oldest first: only of
     /// the `MAX_SEALING` segments before the active one, the only ones that can be unsynced.
-    sealing: std::collections::VecDeque<(u64, std::thread::JoinHandle<Result<()>>)>,
+    sealing: std::collections::VecDeque<(u64, Sealing)>,
     /// The spare file the next roll renames into a segment (`seal_in_background`), being
     /// made on a thread; a roll that finds it unfinished creates the segment itself.
     spare: Option<std::thread::JoinHandle<Result<DataFile>>>,
@@ -646,8 +646,12 @@ impl TopicLog {
         // could still turn back into the spare's (open would not know the segment).
         debug_assert!(unsealed.len() <= MAX_SEALING);
         debug_assert!(unsealed.is_empty() || cfg.seal_in_background);
+        // Started by `resume_sealing` once the caller's open is done (its syncs would
+        // slow the open's own), or run inline by whatever waits for them first.
         for (seg, successor) in unsealed {
-            log.seal_in_background(seg, Some((successor, dir.to_owned())))?;
+            let fresh = Some((successor, dir.to_owned()));
+            log.sealing
+                .push_back((seg.base, Sealing::Deferred(seg, fresh)));
         }
         if let Some(m) = mark.filter(|_| !same_boot) {
             // Not synced: a power cut that loses it also starts another boot.
@@ -1049,6 +1053,42 @@ impl TopicLog {
         seg: Arc<Segment>,
         fresh: Option<(Arc<Segment>, PathBuf)>,
     ) -> Result<()> {
+        match self.spawn_sealing(&seg, &fresh) {
+            Some(h) => {
+                debug_assert!(self.sealing.back().is_none_or(|&(b, _)| b < seg.base));
+                self.sealing.push_back((seg.base, Sealing::Running(h)));
+            }
+            // No thread: seal here; the segment is no less sealed for it.
+            None => seal_after(
+                &self.fs,
+                fresh.as_ref(),
+                &seg,
+                self.cfg.index_interval_bytes,
+                &self.summaries,
+            )?,
+        }
+        Ok(())
+    }
+
+    /// Starts the sealings this log's open found interrupted (a killed process's), which
+    /// it left for after the caller's open. One that gets no thread stays for whatever
+    /// waits for it to run inline.
+    pub fn resume_sealing(&mut self) {
+        for i in 0..self.sealing.len() {
+            if let Sealing::Deferred(seg, fresh) = &self.sealing[i].1
+                && let Some(h) = self.spawn_sealing(seg, fresh)
+            {
+                self.sealing[i].1 = Sealing::Running(h);
+            }
+        }
+    }
+
+    /// A thread sealing `seg` (`seal_after`), if one can be started.
+    fn spawn_sealing(
+        &self,
+        seg: &Arc<Segment>,
+        fresh: &Option<(Arc<Segment>, PathBuf)>,
+    ) -> Option<std::thread::JoinHandle<Result<()>>> {
         let job = {
             let (fs, interval, seg, fresh, summaries) = (
                 self.fs.clone(),
@@ -1059,24 +1099,10 @@ impl TopicLog {
             );
             move || seal_after(&fs, fresh.as_ref(), &seg, interval, &summaries)
         };
-        match std::thread::Builder::new()
+        std::thread::Builder::new()
             .name("spool-seal".into())
             .spawn(job)
-        {
-            Ok(h) => {
-                debug_assert!(self.sealing.back().is_none_or(|&(b, _)| b < seg.base));
-                self.sealing.push_back((seg.base, h));
-            }
-            // No thread: seal here; the segment is no less sealed for it.
-            Err(_) => seal_after(
-                &self.fs,
-                fresh.as_ref(),
-                &seg,
-                self.cfg.index_interval_bytes,
-                &self.summaries,
-            )?,
-        }
-        Ok(())
+            .ok()
     }
 
     /// Waits for every background thread of this log (sealings and the spare file): at
@@ -1100,14 +1126,23 @@ impl TopicLog {
     }
 
     fn finish_oldest_sealing(&mut self) -> Result<()> {
-        let Some((_, h)) = self.sealing.pop_front() else {
+        let Some((_, sealing)) = self.sealing.pop_front() else {
             return Ok(());
         };
-        let r = h.join().unwrap_or_else(|_| {
-            Err(Error::Poisoned {
-                reason: "the sealing thread panicked".into(),
-            })
-        });
+        let r = match sealing {
+            Sealing::Running(h) => h.join().unwrap_or_else(|_| {
+                Err(Error::Poisoned {
+                    reason: "the sealing thread panicked".into(),
+                })
+            }),
+            Sealing::Deferred(seg, fresh) => seal_after(
+                &self.fs,
+                fresh.as_ref(),
+                &seg,
+                self.cfg.index_interval_bytes,
+                &self.summaries,
+            ),
+        };
         if let Err(e) = &r {
             let _ = self.poison.set(format!("sealing a segment failed: {e}"));
         }
@@ -1193,6 +1228,14 @@ impl Drop for TopicLog {
 
 /// `seal`, after making a segment made from a spare (`fresh`: it and its directory)
 /// durable under its name and header.
+/// A segment's background sealing (`seal_after`), in `TopicLog::sealing`.
+#[derive(Debug)]
+enum Sealing {
+    Running(std::thread::JoinHandle<Result<()>>),
+    /// Found interrupted at open, not started yet (`TopicLog::resume_sealing`).
+    Deferred(Arc<Segment>, Option<(Arc<Segment>, PathBuf)>),
+}
+
 fn seal_after(
     fs: &Fs,
     fresh: Option<&(Arc<Segment>, PathBuf)>,
@@ -2344,6 +2387,31 @@ mod tests {
         );
         every_power_cut_opens(&image, 20, dir);
         drop(log);
+    }
+
+    /// A reopen in the same boot finds B's sealing interrupted and leaves it for after
+    /// the caller's open (its syncs would slow the open's own): B is sealed once
+    /// `resume_sealing` starts it, not before.
+    #[test]
+    fn an_interrupted_sealing_found_at_open_starts_at_resume_sealing() {
+        let dir = Path::new("/t");
+        let (fs, log) = rolled_twice_with_syncs_held(4);
+        // B's sealing still syncs nothing when the process is killed.
+        let b = log.reader().snapshot()[1].path.clone();
+        fs.hold_syncs_of(Some(&b));
+        fs.hold_syncs(false);
+        let image = fs.process_crash_now();
+        fs.hold_syncs_of(None);
+        drop(log);
+        image.hold_syncs_of(None);
+        let mut log = TopicLog::open(&Fs::new(Arc::new(image)), dir, sim_cfg(), 0)
+            .expect("reopen in the same boot");
+        let b = log.reader().snapshot()[1].clone();
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        assert!(!b.is_sealed(), "B's sealing waits for resume_sealing");
+        log.resume_sealing();
+        wait_for("B sealed", || b.is_sealed());
+        log.quiesce().expect("quiesce");
     }
 
     pub(super) fn sim_cfg() -> LogConfig {

@@ -522,6 +522,16 @@ impl Engine {
             engine.dead_letter_exhausted(now_ms)?;
         }
         engine.catalog.commit(&[Op::SetClean(false)])?;
+        // Only now: their syncs would otherwise slow this open's own (measured: the last
+        // commit's `fdatasync` took 1.2 ms beside them, 0.45 ms without).
+        for t in engine
+            .topics
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+        {
+            lock(&t.writer).log.resume_sealing();
+        }
         Ok(engine)
     }
 
@@ -582,7 +592,9 @@ impl Engine {
             name.to_owned(),
             TopicRecord { created_ms: now_ms },
         )])?;
-        let log = TopicLog::open(&self.fs, &self.topic_dir(name), self.log_config(), now_ms)?;
+        let mut log = TopicLog::open(&self.fs, &self.topic_dir(name), self.log_config(), now_ms)?;
+        // A leftover directory may hold an interrupted sealing.
+        log.resume_sealing();
         let t = Arc::new(Topic {
             name: name.to_owned(),
             reader: log.reader().clone(),
