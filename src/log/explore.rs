@@ -94,18 +94,28 @@ fn random_kills_power_cuts_retention_and_slow_or_failing_syncs_keep_the_log_a_pr
                 }
             };
             // Reopened after a kill or a clean drop: nothing appended may be lost.
-            let reopen_whole =
-                |fs: &SimFs, cfg: LogConfig, model: &[Vec<u8>], what: &str, trace: &Vec<String>| {
-                    let log = TopicLog::open(&Fs::new(Arc::new(fs.clone())), dir, cfg, 0)
-                        .unwrap_or_else(|e| panic!("seed {seed}: reopen {what}: {e}\n{trace:?}"));
-                    assert_eq!(
-                        log.next() as usize,
-                        model.len(),
-                        "seed {seed}: lost records {what}\n{trace:?}"
-                    );
-                    check(&log, model, what, trace);
-                    log
-                };
+            let reopen_whole = |fs: &SimFs,
+                                cfg: LogConfig,
+                                model: &[Vec<u8>],
+                                what: &str,
+                                trace: &mut Vec<String>,
+                                resume: bool| {
+                let mut log = TopicLog::open(&Fs::new(Arc::new(fs.clone())), dir, cfg, 0)
+                    .unwrap_or_else(|e| panic!("seed {seed}: reopen {what}: {e}\n{trace:?}"));
+                // Interrupted sealings found: started now (as the engine does after
+                // its open) or left to whatever waits for them first.
+                if resume {
+                    log.resume_sealing();
+                    trace.push("resume sealing".into());
+                }
+                assert_eq!(
+                    log.next() as usize,
+                    model.len(),
+                    "seed {seed}: lost records {what}\n{trace:?}"
+                );
+                check(&log, model, what, trace);
+                log
+            };
             if op < 70 && !(82..93).contains(&op) {
                 let payload = format!("{seed}-{step}-{}", model.len()).into_bytes();
                 let mut p = payload.clone();
@@ -174,7 +184,8 @@ fn random_kills_power_cuts_retention_and_slow_or_failing_syncs_keep_the_log_a_pr
                 fs = image;
                 trace.push(format!("kill at {}", model.len()));
                 pick_layout(&mut cfg, &mut next_rand, &mut trace);
-                log = reopen_whole(&fs, cfg, &model, "after kill", &trace);
+                let resume = next_rand(2) == 0;
+                log = reopen_whole(&fs, cfg, &model, "after kill", &mut trace, resume);
             } else if op < 93 {
                 let sealed_prefix = {
                     let segs = log.reader().snapshot();
@@ -232,7 +243,8 @@ fn random_kills_power_cuts_retention_and_slow_or_failing_syncs_keep_the_log_a_pr
                     }
                     drop(log);
                     trace.push("reopen".into());
-                    log = reopen_whole(&fs, cfg, &model, "after reopen", &trace);
+                    let resume = next_rand(2) == 0;
+                    log = reopen_whole(&fs, cfg, &model, "after reopen", &mut trace, resume);
                 }
             }
         }

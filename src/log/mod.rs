@@ -1075,10 +1075,15 @@ impl TopicLog {
     /// waits for it to run inline.
     pub fn resume_sealing(&mut self) {
         for i in 0..self.sealing.len() {
-            if let Sealing::Deferred(seg, fresh) = &self.sealing[i].1
-                && let Some(h) = self.spawn_sealing(seg, fresh)
-            {
-                self.sealing[i].1 = Sealing::Running(h);
+            if let Sealing::Deferred(seg, fresh) = &self.sealing[i].1 {
+                match self.spawn_sealing(seg, fresh) {
+                    Some(h) => self.sealing[i].1 = Sealing::Running(h),
+                    None => tracing::warn!(
+                        segment = %seg.path.display(),
+                        "could not start a sealing thread; the segment is sealed when \
+                         something next waits for it (a roll, sync or close)"
+                    ),
+                }
             }
         }
     }
@@ -1226,8 +1231,6 @@ impl Drop for TopicLog {
     }
 }
 
-/// `seal`, after making a segment made from a spare (`fresh`: it and its directory)
-/// durable under its name and header.
 /// A segment's background sealing (`seal_after`), in `TopicLog::sealing`.
 #[derive(Debug)]
 enum Sealing {
@@ -1236,6 +1239,8 @@ enum Sealing {
     Deferred(Arc<Segment>, Option<(Arc<Segment>, PathBuf)>),
 }
 
+/// `seal`, after making a segment made from a spare (`fresh`: it and its directory)
+/// durable under its name and header.
 fn seal_after(
     fs: &Fs,
     fresh: Option<&(Arc<Segment>, PathBuf)>,

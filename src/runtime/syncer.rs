@@ -135,8 +135,10 @@ impl Syncer {
                     // reads the list, so it either sees this waiter or is woken again.
                     if !seen {
                         let first = !w.requested.swap(true, Ordering::AcqRel);
-                        let n = w.arrived.fetch_add(1, Ordering::AcqRel) + 1;
-                        if first || n == w.expected.load(Ordering::Acquire) {
+                        // SeqCst with the thread's store of `expected` and load of `arrived`:
+                        // one of the two sides sees the other's write (no store buffering).
+                        let n = w.arrived.fetch_add(1, Ordering::SeqCst) + 1;
+                        if first || n == w.expected.load(Ordering::SeqCst) {
                             self.thread.unpark();
                         }
                     }
@@ -192,18 +194,21 @@ fn run(waiters: &Waiters, on_written: &OnWritten) {
         // Work is waiting. Publishers the last round woke usually publish again within
         // tens of microseconds: waiting for them lets one sync cover both cohorts, instead
         // of the two taking turns between syncs (a 64 KiB sync costs ~1.3x a 32 KiB one).
-        // Bounded by half the last sync, and skipped after a wait that timed out.
+        // Bounded by half the last sync, and skipped after a wait that timed out (a
+        // deadline already past when work came, after an idle spell, is no time-out).
         let mut timed_out = false;
         if let Some(until) = linger.take() {
-            while waiters.arrived.load(Ordering::Acquire) < waiters.expected.load(Ordering::Acquire)
+            let mut waited = false;
+            while waiters.arrived.load(Ordering::SeqCst) < waiters.expected.load(Ordering::SeqCst)
                 && !waiters.stopping.load(Ordering::Acquire)
             {
                 let now = Instant::now();
                 if now >= until {
-                    timed_out = true;
+                    timed_out = waited;
                     break;
                 }
                 std::thread::park_timeout(until - now);
+                waited = true;
             }
         }
         // Lowered only now: while it lingers, arrivals do not unpark it one by one.
@@ -232,11 +237,13 @@ fn run(waiters: &Waiters, on_written: &OnWritten) {
         }
         let took = synced.elapsed();
         // Count from before the wake-up: woken publishers can park again at once.
-        waiters.arrived.store(0, Ordering::Release);
-        waiters.expected.store(usize::MAX, Ordering::Release);
+        // (A waiter parking between this reset and the wake-up is counted twice, which
+        // only ends the next wait early.)
+        waiters.arrived.store(0, Ordering::SeqCst);
+        waiters.expected.store(usize::MAX, Ordering::SeqCst);
         let woken = waiters.wake_decided();
         if syncs && woken > 0 && !timed_out {
-            waiters.expected.store(woken, Ordering::Release);
+            waiters.expected.store(woken, Ordering::SeqCst);
             linger = Some(Instant::now() + (took / 2).min(MAX_LINGER));
         }
     }
