@@ -342,4 +342,73 @@ mod tests {
         });
         syncer.stop();
     }
+
+    /// 64 publishers on one log, a third of their waits cancelled at random (a dropped
+    /// future stays counted as a waiter the thread expects back): every wait that is not
+    /// cancelled completes, and a stop answers the publishers still parking (found by
+    /// review as a stress test).
+    #[test]
+    fn cancelled_waits_never_hold_up_the_others_and_a_stop_answers_those_parked() {
+        let (_dir, log, syncer, rt) = setup();
+        let log = Arc::new(std::sync::Mutex::new(log));
+        let next = |log: &std::sync::Mutex<TopicLog>| {
+            let mut log = log.lock().expect("log");
+            let end = append(&mut log);
+            (log.active().clone(), end)
+        };
+        let patience = Duration::from_secs(20);
+        rt.block_on(async {
+            let mut tasks = Vec::new();
+            for i in 0..64u64 {
+                let (log, syncer) = (log.clone(), syncer.clone());
+                tasks.push(tokio::spawn(async move {
+                    let mut rng = i.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+                    for _ in 0..100 {
+                        rng ^= rng << 13;
+                        rng ^= rng >> 7;
+                        rng ^= rng << 17;
+                        let (seg, end) = next(&log);
+                        let wait = syncer.sync(seg, end);
+                        if rng % 3 == 0 {
+                            let cancel_after = Duration::from_micros(rng % 300);
+                            let _ = tokio::time::timeout(cancel_after, wait).await;
+                        } else {
+                            tokio::time::timeout(patience, wait)
+                                .await
+                                .expect("a wait was held up")
+                                .expect("synced");
+                        }
+                    }
+                }));
+            }
+            for t in tasks {
+                t.await.expect("task");
+            }
+            let mut tasks = Vec::new();
+            for _ in 0..32 {
+                let (log, syncer) = (log.clone(), syncer.clone());
+                tasks.push(tokio::spawn(async move {
+                    loop {
+                        let (seg, end) = next(&log);
+                        match tokio::time::timeout(patience, syncer.sync(seg, end))
+                            .await
+                            .expect("a wait was held up across the stop")
+                        {
+                            Ok(()) => {}
+                            Err(Error::Closed) => return,
+                            Err(e) => panic!("{e:?}"),
+                        }
+                    }
+                }));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let s = syncer.clone();
+            tokio::task::spawn_blocking(move || s.stop())
+                .await
+                .expect("stop");
+            for t in tasks {
+                t.await.expect("task");
+            }
+        });
+    }
 }
