@@ -1059,15 +1059,15 @@ impl TopicLog {
                 self.sealing.push_back((seg.base, Sealing::Running(h)));
             }
             // No thread: seal here; the segment is no less sealed for it.
-            None => seal_after(
-                &self.fs,
-                fresh.as_ref(),
-                &seg,
-                self.cfg.index_interval_bytes,
-                &self.summaries,
-            )?,
+            None => self.seal_here(&seg, fresh.as_ref())?,
         }
         Ok(())
+    }
+
+    /// `seal_after` on this thread.
+    fn seal_here(&self, seg: &Segment, fresh: Option<&(Arc<Segment>, PathBuf)>) -> Result<()> {
+        let interval = self.cfg.index_interval_bytes;
+        seal_after(&self.fs, fresh, seg, interval, &self.summaries)
     }
 
     /// Starts the sealings this log's open found interrupted (a killed process's), which
@@ -1140,13 +1140,7 @@ impl TopicLog {
                     reason: "the sealing thread panicked".into(),
                 })
             }),
-            Sealing::Deferred(seg, fresh) => seal_after(
-                &self.fs,
-                fresh.as_ref(),
-                &seg,
-                self.cfg.index_interval_bytes,
-                &self.summaries,
-            ),
+            Sealing::Deferred(seg, fresh) => self.seal_here(&seg, fresh.as_ref()),
         };
         if let Err(e) = &r {
             let _ = self.poison.set(format!("sealing a segment failed: {e}"));
