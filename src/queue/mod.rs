@@ -398,10 +398,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The embedded engine behind a `Spool`.
 /// `Engine::set_on_visible`'s callback.
 type OnVisible = Box<dyn Fn(&str) + Send + Sync>;
 
+/// The embedded engine behind a `Spool`.
 pub struct Engine {
     fs: Fs,
     opts: Options,
