@@ -194,6 +194,52 @@ async fn a_waiting_recv_wakes_on_a_current_thread_runtime() {
     assert_eq!(got.unwrap(), 0);
 }
 
+/// A busy-polling `recv` (`ConsumerBuilder::busy_poll`: it spins before it parks) takes a
+/// record published while it spins without waiting out its budget (here far longer than
+/// the test waits), and one whose short budget ran out long ago is woken from its park.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_polling_recv_sees_a_publish_while_it_spins_and_after_it_parked() {
+    let dir = tempfile::tempdir().unwrap();
+    let mq = open(dir.path(), "");
+    let (tx, rx) = std::sync::mpsc::channel();
+    for (group, budget) in [("long", 600_000), ("short", 1)] {
+        let mut c = mq
+            .consumer(TOPIC, group)
+            .busy_poll(std::time::Duration::from_millis(budget))
+            .build()
+            .unwrap();
+        let tx = tx.clone();
+        // A thread of its own: a spinning recv holds its runtime's thread.
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap();
+            for _ in 0..2 {
+                let got = rt.block_on(c.recv()).map(|d| d.offset());
+                let _ = tx.send((c.group().to_owned(), got));
+            }
+        });
+    }
+    let mut got = BTreeMap::new();
+    for i in 0..2u64 {
+        // Both are waiting (the short one parked) before the record is published.
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        mq.publish(TOPIC, payload_of(i), &Headers::new())
+            .await
+            .unwrap();
+        for _ in 0..2 {
+            let rx_wait = tokio::task::block_in_place(|| rx.recv_timeout(WAIT));
+            let (group, offset) = rx_wait.expect("each consumer gets the record");
+            got.entry(group)
+                .or_insert_with(Vec::new)
+                .push(offset.unwrap());
+        }
+    }
+    let want: BTreeMap<String, Vec<u64>> =
+        [("long".into(), vec![0, 1]), ("short".into(), vec![0, 1])].into();
+    assert_eq!(got, want);
+}
+
 #[tokio::test]
 async fn a_new_group_starts_at_the_earliest_retained_offset() {
     let dir = tempfile::tempdir().unwrap();

@@ -8,7 +8,7 @@ mod consumer;
 mod syncer;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering, fence};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering, fence};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
@@ -321,13 +321,40 @@ impl Notifiers {
 pub(crate) struct Wakeup {
     pub(crate) notify: Notify,
     waiting: AtomicUsize,
+    /// Counts the wakes that found a waiter: a busy-polling `recv` spins on it (one load,
+    /// no lock) instead of parking its thread.
+    rings: AtomicU64,
 }
 
 impl Wakeup {
     pub(crate) fn wake(&self) {
         fence(Ordering::SeqCst);
         if self.waiting.load(Ordering::SeqCst) > 0 {
+            // After the state changed: a spinner that sees the new count sees the state.
+            self.rings.fetch_add(1, Ordering::Release);
             self.notify.notify_waiters();
+        }
+    }
+
+    /// The count of wakes, read by a waiter before it looks at the state.
+    pub(crate) fn rings(&self) -> u64 {
+        self.rings.load(Ordering::Acquire)
+    }
+
+    /// Spins until a wake after `seen` (`true`) or until `budget` has passed (`false`).
+    pub(crate) fn spin_until_rung(&self, seen: u64, budget: Duration) -> bool {
+        let start = Instant::now();
+        loop {
+            // The clock is read only every so many loads: it costs more than a load.
+            for _ in 0..64 {
+                if self.rings.load(Ordering::Acquire) != seen {
+                    return true;
+                }
+                std::hint::spin_loop();
+            }
+            if start.elapsed() >= budget {
+                return false;
+            }
         }
     }
 
