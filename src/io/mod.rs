@@ -4,7 +4,9 @@
 //! live and a durable image and can cut the power at any operation.
 //!
 //! **Invariant:** knows bytes and paths, nothing about records, topics or groups. A failed
-//! sync is returned, never ignored: callers poison the handle that saw it.
+//! sync is returned, never ignored: callers poison the handle that saw it. It also leaves
+//! the file's name in its directory's `UNSYNCED_FILE`, for the next open there to rewrite
+//! the file before trusting it (`Fs::rewrite_unsynced`, see `DataFile::sync_data`).
 
 pub mod sim;
 
@@ -23,6 +25,11 @@ pub trait FileIo: Send + Sync + std::fmt::Debug {
     fn write_all_at(&self, buf: &[u8], pos: u64) -> std::io::Result<()>;
     /// Makes the file's data durable (`fdatasync`).
     fn sync_data(&self) -> std::io::Result<()>;
+    /// Makes the file's data and metadata durable (`fsync`: its length too, even where
+    /// only a truncation to the length it already has marked the inode changed).
+    fn sync_all(&self) -> std::io::Result<()> {
+        self.sync_data()
+    }
     fn set_len(&self, len: u64) -> std::io::Result<()>;
 }
 
@@ -86,7 +93,7 @@ impl Fs {
             .0
             .create_new(path)
             .ctx(|| format!("creating {}", path.display()))?;
-        Ok(DataFile::new(io, path))
+        Ok(DataFile::new(io, path, self))
     }
 
     pub fn open(&self, path: &Path) -> Result<DataFile> {
@@ -94,7 +101,7 @@ impl Fs {
             .0
             .open(path)
             .ctx(|| format!("opening {}", path.display()))?;
-        Ok(DataFile::new(io, path))
+        Ok(DataFile::new(io, path, self))
     }
 
     pub fn open_or_create(&self, path: &Path) -> Result<DataFile> {
@@ -102,7 +109,7 @@ impl Fs {
             .0
             .open_or_create(path)
             .ctx(|| format!("opening {}", path.display()))?;
-        Ok(DataFile::new(io, path))
+        Ok(DataFile::new(io, path, self))
     }
 
     /// The raw handle, for the catalog's storage adapter.
@@ -162,20 +169,76 @@ impl Fs {
     pub fn boot_mark(&self, dir: &Path) -> Option<String> {
         self.0.boot_mark(dir)
     }
+
+    /// Writes every file `UNSYNCED_FILE` in `dir` names (a sync of it failed, see
+    /// `DataFile::sync_data`) whole again, as it reads now, and syncs it; then deletes the
+    /// note. Writing the pages dirties them again, so this sync writes them: afterwards
+    /// the disk holds what a reader sees. Called before anything in `dir` is read. A name
+    /// that is no plain file name of `dir`, or whose file is gone, is skipped.
+    pub fn rewrite_unsynced(&self, dir: &Path) -> Result<()> {
+        let note = dir.join(UNSYNCED_FILE);
+        if self.is_dir(&note).is_none() {
+            return Ok(());
+        }
+        let text = self.open(&note)?.read_all()?;
+        // Lossy: a damaged line must not hide the others.
+        let text = String::from_utf8_lossy(&text);
+        let mut names: Vec<&str> = text
+            .lines()
+            .filter(|n| !n.is_empty() && *n != "." && *n != ".." && !n.contains('/'))
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        let mut buf = vec![0u8; REWRITE_CHUNK];
+        for name in names {
+            let path = dir.join(name);
+            if self.is_dir(&path) != Some(false) {
+                continue;
+            }
+            tracing::warn!(file = %path.display(), "a sync of this file failed: writing it again");
+            let f = self.open(&path)?;
+            let len = f.len()?;
+            let mut at = 0;
+            while at < len {
+                let n = f.read_at(&mut buf, at)?;
+                if n == 0 {
+                    break;
+                }
+                f.write_all_at(&buf[..n], at)?;
+                at += n as u64;
+            }
+            // The failed sync may have dropped a truncation too: the length again, synced
+            // with the inode.
+            f.set_len(len)?;
+            f.io.sync_all()
+                .ctx(|| format!("syncing {}", path.display()))?;
+        }
+        self.remove_file(&note)
+    }
 }
+
+/// In a directory: the names of its files whose sync failed, one per line, written by
+/// `DataFile::sync_data` and consumed by `Fs::rewrite_unsynced`.
+pub const UNSYNCED_FILE: &str = "unsynced";
+
+/// What `Fs::rewrite_unsynced` reads and writes back at a time.
+const REWRITE_CHUNK: usize = 1 << 20;
 
 /// A segment or index file with errors that name it.
 #[derive(Debug)]
 pub struct DataFile {
     io: Arc<dyn FileIo>,
     path: PathBuf,
+    /// Where its failed syncs are noted (`UNSYNCED_FILE`).
+    fs: Fs,
 }
 
 impl DataFile {
-    fn new(io: Arc<dyn FileIo>, path: &Path) -> Self {
+    fn new(io: Arc<dyn FileIo>, path: &Path, fs: &Fs) -> Self {
         DataFile {
             io,
             path: path.to_owned(),
+            fs: fs.clone(),
         }
     }
 
@@ -185,7 +248,7 @@ impl DataFile {
 
     /// The same open file under the name it was renamed to.
     pub fn renamed(self, path: &Path) -> DataFile {
-        DataFile::new(self.io, path)
+        DataFile::new(self.io, path, &self.fs)
     }
 
     pub fn len(&self) -> Result<u64> {
@@ -207,10 +270,45 @@ impl DataFile {
             .ctx(|| format!("writing {}", self.path.display()))
     }
 
+    /// Makes the file's data durable. When that fails, Linux may have marked the pages it
+    /// could not write clean ("fsyncgate"): they stay readable, no later sync writes them,
+    /// and a reopen in the same boot would read records the disk does not hold and vouch
+    /// for them with its own syncs. So the file's name is noted in `UNSYNCED_FILE`, for
+    /// the next open of its directory to write the whole file again (`rewrite_unsynced`).
+    /// Not synced: only a reopen in the same boot needs it, and the page cache keeps it
+    /// that long; after a power cut the disk is all there is to read.
     pub fn sync_data(&self) -> Result<()> {
-        self.io
-            .sync_data()
-            .ctx(|| format!("syncing {}", self.path.display()))
+        let r = self.io.sync_data();
+        if r.is_err() {
+            self.note_unsynced();
+        }
+        r.ctx(|| format!("syncing {}", self.path.display()))
+    }
+
+    /// Appends this file's name to `UNSYNCED_FILE` in its directory (best effort: logged
+    /// if it fails, the sync's own error is what the caller gets).
+    fn note_unsynced(&self) {
+        // One note at a time, so two failing files never write over each other's line.
+        static NOTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _one = NOTING.lock().unwrap_or_else(|e| e.into_inner());
+        let (Some(dir), Some(name)) = (
+            self.path.parent(),
+            self.path.file_name().and_then(|n| n.to_str()),
+        ) else {
+            return;
+        };
+        let note = dir.join(UNSYNCED_FILE);
+        let noted = self.fs.open_or_create(&note).and_then(|f| {
+            let end = f.len()?;
+            f.write_all_at(format!("{name}\n").as_bytes(), end)
+        });
+        if let Err(e) = noted {
+            tracing::error!(
+                file = %self.path.display(),
+                error = %e,
+                "a sync failed and could not be noted: reboot before reopening this data directory"
+            );
+        }
     }
 
     pub fn set_len(&self, len: u64) -> Result<()> {
@@ -257,6 +355,9 @@ impl FileIo for RealFile {
     }
     fn sync_data(&self) -> std::io::Result<()> {
         self.0.sync_data()
+    }
+    fn sync_all(&self) -> std::io::Result<()> {
+        self.0.sync_all()
     }
     fn set_len(&self, len: u64) -> std::io::Result<()> {
         self.0.set_len(len)
@@ -379,5 +480,47 @@ impl DirLock {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::io::sim::SimFs;
+
+    /// A failed sync leaves the file's name in `UNSYNCED_FILE`; `rewrite_unsynced` makes
+    /// what a reader sees durable and deletes the note, and a note naming paths outside
+    /// the directory, missing files or garbage touches nothing else and never panics.
+    #[test]
+    fn a_failed_sync_is_noted_and_the_next_rewrite_makes_the_file_durable() {
+        let sim = SimFs::new(9);
+        let fs = Fs::new(Arc::new(sim.clone()));
+        let dir = Path::new("/d");
+        fs.create_dir_all(dir).expect("dir");
+        let outside = fs.create_new(Path::new("/outside")).expect("create");
+        outside.write_all_at(b"not synced", 0).expect("write");
+        let a = fs.create_new(&dir.join("a")).expect("create");
+        fs.sync_dir(dir).expect("sync dir");
+        a.write_all_at(b"records", 0).expect("write");
+        sim.fail_syncs_of(Some(&dir.join("a")));
+        assert!(a.sync_data().is_err(), "injected");
+        sim.fail_syncs_of(None);
+        let note = dir.join(UNSYNCED_FILE);
+        assert_eq!(
+            fs.open(&note).expect("noted").read_all().expect("read"),
+            b"a\n"
+        );
+        // Hostile lines next to the real one.
+        let n = fs.open(&note).expect("note");
+        n.write_all_at(b"a\n../outside\n/outside\n.\n..\nmissing\n\n\xff\xfe\n", 2)
+            .expect("write");
+        let syncs = sim.sync_points().len();
+        fs.rewrite_unsynced(dir).expect("rewrite");
+        assert_eq!(sim.sync_points().len(), syncs + 1, "one file synced, `a`");
+        assert_eq!(fs.is_dir(&note), None, "the note is gone");
+        let cut = sim.crash_now();
+        assert_eq!(cut.read_file(&dir.join("a")).expect("a"), b"records");
+        // Nothing noted: nothing to do.
+        fs.rewrite_unsynced(dir).expect("no note");
     }
 }

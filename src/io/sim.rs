@@ -29,6 +29,17 @@ struct SimFile {
     live: Vec<u8>,
     durable: Vec<u8>,
     pending: Vec<Pending>,
+    /// A sync failed and dropped pending changes: `live` is no longer `durable` plus
+    /// `pending` (what Linux's page cache does after a failed `fsync`).
+    lost: bool,
+}
+
+/// The failure `fail_writes_to` or `fail_syncs_of` injects.
+#[derive(Clone, Debug)]
+struct Failing {
+    path: PathBuf,
+    /// Only syncs fail; writes and truncations land in the live image.
+    syncs_only: bool,
 }
 
 #[derive(Debug, Default)]
@@ -57,9 +68,9 @@ pub struct SimFs {
     /// While `true`, syncs wait (`hold_syncs`): a disk whose flush takes as long as a test
     /// needs. Not part of the state a crash image copies.
     held: Arc<(Mutex<bool>, std::sync::Condvar)>,
-    /// Writes, syncs and truncations of the file at this path fail (`fail_writes_to`).
-    /// Not part of the state a crash image copies either.
-    failing: Arc<Mutex<Option<PathBuf>>>,
+    /// Writes, syncs and truncations of the file at this path fail (`fail_writes_to`), or
+    /// only its syncs (`fail_syncs_of`). Not part of the state a crash image copies either.
+    failing: Arc<Mutex<Option<Failing>>>,
     /// Syncs of the file at this path wait while set (`hold_syncs_of`: a slow disk under
     /// one file). Not part of the state a crash image copies.
     held_file: Arc<Mutex<Option<PathBuf>>>,
@@ -87,21 +98,38 @@ impl SimFs {
 
     /// From now on (until `None`), writes, syncs and truncations of the file named `path`
     /// fail with an I/O error: a disk going bad under one file (a directory: its syncs).
+    /// A failed sync of a file drops its changes since the last sync, as `fail_syncs_of`.
     pub fn fail_writes_to(&self, path: Option<&Path>) {
-        *self.failing.lock().unwrap_or_else(|e| e.into_inner()) = path.map(Path::to_path_buf);
+        self.set_failing(path, false);
     }
 
-    /// The error `fail_writes_to` injects, if file `id` is the failing one.
-    fn injected(&self, s: &State, id: u64) -> std::io::Result<()> {
-        self.injected_if(|p| s.names.get(p) == Some(&id))
+    /// From now on (until `None`), syncs of the file named `path` fail with an I/O error
+    /// while its writes land. As Linux's page cache after a failed `fsync`, the changes
+    /// since the last sync stay visible but are dropped: no later sync writes them, so a
+    /// power cut loses them even behind later synced data (the "fsyncgate" behaviour).
+    pub fn fail_syncs_of(&self, path: Option<&Path>) {
+        self.set_failing(path, true);
     }
 
-    /// The error `fail_writes_to` injects, if the failing path is one `is_it` names.
-    fn injected_if(&self, is_it: impl FnOnce(&Path) -> bool) -> std::io::Result<()> {
+    fn set_failing(&self, path: Option<&Path>, syncs_only: bool) {
+        *self.failing.lock().unwrap_or_else(|e| e.into_inner()) = path.map(|p| Failing {
+            path: p.to_path_buf(),
+            syncs_only,
+        });
+    }
+
+    /// The error injected into a write or truncation (`sync` false) or a sync of file
+    /// `id`, if it is the failing one.
+    fn injected(&self, s: &State, id: u64, sync: bool) -> std::io::Result<()> {
+        self.injected_if(sync, |p| s.names.get(p) == Some(&id))
+    }
+
+    /// The error injected, if the failing path is one `is_it` names.
+    fn injected_if(&self, sync: bool, is_it: impl FnOnce(&Path) -> bool) -> std::io::Result<()> {
         let failing = self.failing.lock().unwrap_or_else(|e| e.into_inner());
-        match failing.as_deref() {
-            Some(p) if is_it(p) => Err(std::io::Error::other(
-                "injected I/O error (SimFs::fail_writes_to)",
+        match failing.as_ref() {
+            Some(f) if (sync || !f.syncs_only) && is_it(&f.path) => Err(std::io::Error::other(
+                "injected I/O error (SimFs::fail_writes_to/fail_syncs_of)",
             )),
             _ => Ok(()),
         }
@@ -240,6 +268,12 @@ impl SimFs {
             let mut s = image.lock();
             let id = *s.names.get(path).expect("the file exists");
             let f = s.files.get_mut(&id).expect("the file");
+            // `live` is rebuilt from `durable` and `pending` below.
+            assert!(
+                !f.lost,
+                "a failed sync dropped changes to {}",
+                path.display()
+            );
             let Some(Pending::Write(pos, bytes)) = f.pending.pop() else {
                 panic!(
                     "the last change to {} since its sync is not a write",
@@ -341,6 +375,7 @@ impl State {
                     live: data.clone(),
                     durable: data,
                     pending: Vec::new(),
+                    lost: false,
                 },
             );
         }
@@ -410,7 +445,7 @@ impl FileIo for SimHandle {
 
     fn write_all_at(&self, buf: &[u8], pos: u64) -> std::io::Result<()> {
         let mut s = self.fs.lock();
-        self.fs.injected(&s, self.id)?;
+        self.fs.injected(&s, self.id, false)?;
         s.tick();
         let f = s.file(self.id)?;
         write_into(&mut f.live, pos, buf);
@@ -422,19 +457,34 @@ impl FileIo for SimHandle {
         self.fs.wait_while_held();
         self.fs.wait_while_file_held(self.id);
         let mut s = self.fs.lock();
-        self.fs.injected(&s, self.id)?;
+        if let Err(e) = self.fs.injected(&s, self.id, true) {
+            // The kernel marks the pages clean without writing them: dropped for good.
+            let f = s.file(self.id)?;
+            f.lost |= !f.pending.is_empty();
+            f.pending.clear();
+            return Err(e);
+        }
         s.tick();
         let op = s.ops;
         s.sync_ops.push(op);
         let f = s.file(self.id)?;
-        f.durable = f.live.clone();
-        f.pending.clear();
+        // Only what is pending: changes a failed sync dropped stay out of `durable`.
+        for p in std::mem::take(&mut f.pending) {
+            match p {
+                Pending::SetLen(len) => f.durable.resize(len as usize, 0),
+                Pending::Write(at, b) => write_into(&mut f.durable, at, &b),
+            }
+        }
+        debug_assert!(
+            f.lost || f.durable == f.live,
+            "live is durable plus pending"
+        );
         Ok(())
     }
 
     fn set_len(&self, len: u64) -> std::io::Result<()> {
         let mut s = self.fs.lock();
-        self.fs.injected(&s, self.id)?;
+        self.fs.injected(&s, self.id, false)?;
         s.tick();
         let f = s.file(self.id)?;
         f.live.resize(len as usize, 0);
@@ -472,7 +522,7 @@ impl Backend for SimFs {
     }
 
     fn open_or_create(&self, path: &Path) -> std::io::Result<Arc<dyn FileIo>> {
-        self.injected_if(|p| p == path)?;
+        self.injected_if(false, |p| p == path)?;
         let mut s = self.lock();
         let id = match s.names.get(path) {
             Some(id) => *id,
@@ -551,7 +601,7 @@ impl Backend for SimFs {
 
     fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
         self.wait_while_held();
-        self.injected_if(|p| p == dir)?;
+        self.injected_if(true, |p| p == dir)?;
         let mut s = self.lock();
         s.tick();
         let op = s.ops;
@@ -626,5 +676,31 @@ mod tests {
         fs.create_dir_all(d).expect("dir");
         fs.create_new(Path::new("/d/a")).expect("create");
         assert_ne!(fs.crash_image().expect("cut").boot_mark(d), mark);
+    }
+
+    /// As Linux after a failed `fsync`: the write stays readable, no later sync makes it
+    /// durable, and writes after it are synced as usual.
+    #[test]
+    fn a_failed_sync_drops_the_writes_it_covered_for_good() {
+        let fs = SimFs::new(3);
+        let p = Path::new("/d/a");
+        fs.create_dir_all(Path::new("/d")).expect("dir");
+        let a = fs.create_new(p).expect("create");
+        fs.sync_dir(Path::new("/d")).expect("sync dir");
+        a.write_all_at(b"one", 0).expect("write");
+        fs.fail_syncs_of(Some(p));
+        assert!(a.sync_data().is_err(), "injected");
+        fs.fail_syncs_of(None);
+        a.write_all_at(b"two", 3).expect("write");
+        a.sync_data().expect("sync");
+        assert_eq!(fs.read_file(p).expect("live"), b"onetwo");
+        assert_eq!(
+            fs.process_crash_now().read_file(p).expect("same boot"),
+            b"onetwo"
+        );
+        assert_eq!(
+            fs.crash_now().read_file(p).expect("after a cut"),
+            b"\0\0\0two"
+        );
     }
 }

@@ -3,12 +3,15 @@
 //! retention (waiting for the sealings or not), process kills (often right after a roll),
 //! power cuts, a switch between background and inline sealing (and, inline, between zeros
 //! ahead with retention's files reused and neither) at each reopen, a slow sync
-//! of one of the last segments and failing writes to one. After every reopen the log must
+//! of one of the last segments and failing writes to one (a failed sync drops its writes
+//! for good, as Linux's page cache does). After every reopen the log must
 //! be dense, every record the one appended at its offset, a kill must lose nothing, and a
 //! power cut must keep everything up to the last `sync` and every sealed segment. It found
 //! the spare-header ordering bug fixed with
 //! `a_segment_sealed_by_a_same_boot_reopen_has_its_successors_header_durable` (4 of 4 runs of
-//! 3,000 seeds). More seeds: `SPOOL_LOG_EXPLORE_SEEDS=3000 cargo test --release --lib explore`.
+//! 3,000 seeds), and records a same-boot reopen took for durable after a failed sync
+//! (within ten seeds without `Fs::rewrite_unsynced`). More seeds:
+//! `SPOOL_LOG_EXPLORE_SEEDS=3000 cargo test --release --lib explore`.
 
 use std::path::Path;
 use std::sync::Arc;

@@ -326,6 +326,8 @@ impl TopicLog {
     /// scans only the active segment's tail.
     pub fn open(fs: &Fs, dir: &Path, cfg: LogConfig, now_ms: u64) -> Result<TopicLog> {
         fs.create_dir_all(dir)?;
+        // Before anything is read: a file whose sync failed may show records the disk lacks.
+        fs.rewrite_unsynced(dir)?;
         let mut bases: Vec<u64> = Vec::new();
         let mut stray_indexes: Vec<u64> = Vec::new();
         let mut recycled: Vec<PathBuf> = Vec::new();

@@ -1,0 +1,65 @@
+//! A failed `fsync` and the page cache ("fsyncgate"). Linux marks the pages of a failed
+//! `fsync` clean without writing them: they stay readable until evicted, and no later
+//! sync writes them. A reopen in the same boot (no reboot, so the page cache survives)
+//! reads those records, syncs only what it writes after them, and acknowledges that as
+//! durable; a power cut later loses the unwritten records and, behind them, records
+//! whose publishes returned `Ok`. `SimFs::fail_syncs_of` models the kernel's behaviour.
+
+use std::path::Path;
+
+use spool::testing::{SimFs, without_background_work};
+use spool::{Headers, Options, Spool, SyncPolicy};
+
+fn open(fs: &SimFs) -> Spool {
+    let o = Options {
+        sync: SyncPolicy::Always,
+        ..without_background_work(Options::new("/data"))
+    };
+    Spool::open_simulated(o, fs).expect("open")
+}
+
+fn first_segment(topic: &str) -> String {
+    format!("/data/topics/{topic}/{:020}.log", 0)
+}
+
+async fn payloads(mq: &Spool, topic: &str) -> Vec<Vec<u8>> {
+    mq.fetch(topic, 0, 100)
+        .await
+        .expect("fetch")
+        .iter()
+        .map(|r| r.payload().to_vec())
+        .collect()
+}
+
+/// Under `Always`: a publish whose sync failed returns an error and poisons the topic;
+/// the process is restarted in the same boot and publishes on. Every publish that
+/// returned `Ok` survives a power cut after that, and so does what the reopen showed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_a_failed_sync_left_in_the_page_cache_are_made_durable_by_the_next_open() {
+    let fs = SimFs::new(11);
+    let mq = open(&fs);
+    let none = Headers::new();
+    mq.publish("t", &b"zero"[..], &none).await.expect("p0");
+    fs.fail_syncs_of(Some(Path::new(&first_segment("t"))));
+    let one = mq.publish("t", &b"one"[..], &none).await;
+    assert!(one.is_err(), "the sync failed: {one:?}");
+    fs.fail_syncs_of(None);
+
+    // Killed and restarted, same boot: the page cache still holds "one".
+    let image = fs.process_crash_now();
+    drop(mq);
+    let mq = open(&image);
+    assert_eq!(payloads(&mq, "t").await, [&b"zero"[..], b"one"]);
+    mq.publish("t", &b"two"[..], &none).await.expect("p2");
+
+    // Power cut: what was acknowledged durable must be there, with what came before.
+    let cut = image.crash_now();
+    drop(mq);
+    let mq = open(&cut);
+    assert_eq!(
+        payloads(&mq, "t").await,
+        [&b"zero"[..], b"one", b"two"],
+        "a record whose publish returned Ok after the restart was lost"
+    );
+    mq.close().await.expect("close");
+}
