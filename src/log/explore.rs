@@ -64,6 +64,8 @@ fn random_kills_power_cuts_retention_and_slow_or_failing_syncs_keep_the_log_a_pr
         let mut log = TopicLog::open(&Fs::new(Arc::new(fs.clone())), dir, cfg, 0).expect("open");
         let headers = Headers::new();
         let mut forced: Option<()> = None;
+        // Writes were made to fail since the last reopen.
+        let mut failing = false;
         for step in 0..300u64 {
             let mut op = next_rand(100);
             if (70..82).contains(&op) && next_rand(2) == 0 {
@@ -181,6 +183,14 @@ fn random_kills_power_cuts_retention_and_slow_or_failing_syncs_keep_the_log_a_pr
                 // Held records never reached the file: a kill loses them (their publishes
                 // had not returned).
                 model.truncate(log.reader().next() as usize);
+                if failing {
+                    // A kill between a sealing's failed sync and its note of it would leave
+                    // nothing for the reopen to rewrite (a known limit, see ARCHITECTURE):
+                    // after an injected failure the sealings end first.
+                    let r = log.finish_sealing();
+                    trace.push(format!("sealings finished {}", r.is_ok()));
+                }
+                failing = false;
                 let image = fs.process_crash_now();
                 fs.fail_writes_to(None);
                 drop(log);
@@ -207,6 +217,7 @@ fn random_kills_power_cuts_retention_and_slow_or_failing_syncs_keep_the_log_a_pr
                 drop(log);
                 fs = image;
                 trace.push("power cut".into());
+                failing = false;
                 pick_layout(&mut cfg, &mut next_rand, &mut trace);
                 log = TopicLog::open(&Fs::new(Arc::new(fs.clone())), dir, cfg, 0).unwrap_or_else(
                     |e| panic!("seed {seed}: reopen after power cut: {e}\n{trace:?}"),
@@ -236,6 +247,7 @@ fn random_kills_power_cuts_retention_and_slow_or_failing_syncs_keep_the_log_a_pr
                 let segs = log.reader().snapshot();
                 let pick = &segs[segs.len() - 1 - next_rand(segs.len().min(3) as u64) as usize];
                 fs.fail_writes_to(Some(&pick.path));
+                failing = true;
                 trace.push(format!("fail {}", pick.base));
             } else {
                 fs.fail_writes_to(None);
@@ -245,6 +257,7 @@ fn random_kills_power_cuts_retention_and_slow_or_failing_syncs_keep_the_log_a_pr
                         model.truncate(log.reader().next() as usize);
                     }
                     drop(log);
+                    failing = false;
                     trace.push("reopen".into());
                     let resume = next_rand(2) == 0;
                     log = reopen_whole(&fs, cfg, &model, "after reopen", &mut trace, resume);
