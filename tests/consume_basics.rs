@@ -240,6 +240,91 @@ async fn a_busy_polling_recv_sees_a_publish_while_it_spins_and_after_it_parked()
     assert_eq!(got, want);
 }
 
+/// A close ends a busy-polling `recv` (here with a budget far longer than the test waits)
+/// at once, with `Closed`. Found by review: close woke only parked consumers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_close_ends_a_busy_polling_recv() {
+    let dir = tempfile::tempdir().unwrap();
+    let mq = open(dir.path(), "");
+    let mut c = mq
+        .consumer(TOPIC, "g")
+        .busy_poll(std::time::Duration::from_secs(600))
+        .build()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let _ = tx.send(rt.block_on(c.recv()).map(|d| d.offset()));
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    mq.close().await.unwrap();
+    let got = tokio::task::block_in_place(|| rx.recv_timeout(WAIT)).expect("recv ended");
+    assert!(matches!(got, Err(Error::Closed)), "{got:?}");
+}
+
+/// The spin budget is per `recv` call: a consumer that cannot take a record (its one
+/// slot is out) parks once its budget is spent although every publish to the topic rings
+/// it, so `recv_timeout` returns while records keep coming. Found by review: the budget
+/// restarted at every ring, and the consumer spun for as long as the producer ran.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_polling_consumer_with_no_free_slot_parks_while_records_keep_coming() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dir = tempfile::tempdir().unwrap();
+    let mq = open(dir.path(), "");
+    mq.publish(TOPIC, payload_of(0), &Headers::new())
+        .await
+        .unwrap();
+    let mut c = mq
+        .consumer(TOPIC, "g")
+        .manual_ack()
+        .max_in_flight(1)
+        .busy_poll(std::time::Duration::from_millis(20))
+        .build()
+        .unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let gave_up = Arc::new(AtomicBool::new(false));
+    let producer = {
+        let (mq, stop, gave_up) = (mq.clone(), stop.clone(), gave_up.clone());
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap();
+            let until = std::time::Instant::now() + WAIT;
+            let mut i = 1;
+            while !stop.load(Ordering::Acquire) {
+                if std::time::Instant::now() >= until {
+                    gave_up.store(true, Ordering::Release);
+                    break;
+                }
+                rt.block_on(mq.publish(TOPIC, payload_of(i), &Headers::new()))
+                    .unwrap();
+                i += 1;
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            }
+        })
+    };
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let held = rt.block_on(c.recv()).unwrap();
+        let r = rt.block_on(c.recv_timeout(std::time::Duration::from_millis(50)));
+        let _ = tx.send((held.offset(), r.map(|d| d.map(|d| d.offset()))));
+    });
+    let got = tokio::task::block_in_place(|| rx.recv_timeout(WAIT * 2)).expect("recv ended");
+    stop.store(true, Ordering::Release);
+    producer.join().unwrap();
+    assert!(matches!(got, (0, Ok(None))), "{got:?}");
+    assert!(
+        !gave_up.load(Ordering::Acquire),
+        "recv_timeout returned only when the records stopped coming"
+    );
+}
+
 #[tokio::test]
 async fn a_new_group_starts_at_the_earliest_retained_offset() {
     let dir = tempfile::tempdir().unwrap();

@@ -107,6 +107,7 @@ impl SimFs {
     /// while its writes land. As Linux's page cache after a failed `fsync`, the changes
     /// since the last sync stay visible but are dropped: no later sync writes them, so a
     /// power cut loses them even behind later synced data (the "fsyncgate" behaviour).
+    /// Stricter than Linux, where a later write to the same page dirties it again.
     pub fn fail_syncs_of(&self, path: Option<&Path>) {
         self.set_failing(path, true);
     }
@@ -474,6 +475,10 @@ impl FileIo for SimHandle {
                 Pending::SetLen(len) => f.durable.resize(len as usize, 0),
                 Pending::Write(at, b) => write_into(&mut f.durable, at, &b),
             }
+        }
+        // A rewrite of the whole file (`Fs::rewrite_unsynced`) makes it whole again.
+        if f.lost {
+            f.lost = f.durable != f.live;
         }
         debug_assert!(
             f.lost || f.durable == f.live,

@@ -53,13 +53,13 @@ impl ConsumerBuilder {
         self
     }
 
-    /// Before `recv` parks its thread to wait for a record, it spins for up to `budget`
-    /// watching for one (default zero: it parks at once). For latency: a parked thread
-    /// takes tens of microseconds to wake on some machines (a virtual CPU that halted), a
-    /// spinning one sees the record within a microsecond. The cost is a CPU busy while the
-    /// topic is quiet, and the runtime's other tasks on that thread wait while it spins:
-    /// give such a consumer a thread of its own. `recv_timeout`'s timeout may be exceeded
-    /// by up to `budget`.
+    /// Before `recv` parks its thread to wait for a record, it spins watching for one, for
+    /// up to `budget` in all per call (default zero: it parks at once). For latency: a
+    /// parked thread takes tens of microseconds to wake on some machines (a virtual CPU
+    /// that halted), a spinning one sees the record within a microsecond. The cost is a
+    /// CPU busy while the topic is quiet, and the runtime's other tasks on that thread
+    /// (and `recv_timeout`'s timer, which may so be exceeded by up to `budget`) wait while
+    /// it spins: give such a consumer a thread of its own. A close ends the spin at once.
     pub fn busy_poll(mut self, budget: Duration) -> Self {
         self.busy_poll = budget;
         self
@@ -247,6 +247,11 @@ impl Consumer {
         }
         let shared = self.shared.clone();
         let _waiting = shared.wakeup.waiting();
+        // One budget per call: every publish to the topic and every ack of any group rings,
+        // and a consumer that cannot take a record (its slots are out) must still park.
+        let spin_until = (!self.busy_poll.is_zero())
+            .then(|| std::time::Instant::now().checked_add(self.busy_poll))
+            .flatten();
         loop {
             // Registered before looking again, so a publish in between is not missed.
             let notified = shared.wakeup.notify.notified();
@@ -256,7 +261,9 @@ impl Consumer {
             if let Some(d) = self.try_next()? {
                 return Ok(d);
             }
-            if !self.busy_poll.is_zero() && shared.wakeup.spin_until_rung(seen, self.busy_poll) {
+            if let Some(until) = spin_until
+                && shared.wakeup.spin_until_rung(seen, until)
+            {
                 continue;
             }
             notified.await;

@@ -173,7 +173,7 @@ impl Spool {
         }
         let waiters: Vec<Arc<Wakeup>> = self.inner.notify.lock().values().cloned().collect();
         for n in waiters {
-            n.notify.notify_waiters();
+            n.wake_all();
         }
         result
     }
@@ -336,14 +336,20 @@ impl Wakeup {
         }
     }
 
+    /// Wakes every waiter, spinning ones included, whether or not it counted itself
+    /// (`Spool::close`: they all find the instance closed).
+    pub(crate) fn wake_all(&self) {
+        self.rings.fetch_add(1, Ordering::Release);
+        self.notify.notify_waiters();
+    }
+
     /// The count of wakes, read by a waiter before it looks at the state.
     pub(crate) fn rings(&self) -> u64 {
         self.rings.load(Ordering::Acquire)
     }
 
-    /// Spins until a wake after `seen` (`true`) or until `budget` has passed (`false`).
-    pub(crate) fn spin_until_rung(&self, seen: u64, budget: Duration) -> bool {
-        let start = Instant::now();
+    /// Spins until a wake after `seen` (`true`) or until `deadline` (`false`).
+    pub(crate) fn spin_until_rung(&self, seen: u64, deadline: Instant) -> bool {
         loop {
             // The clock is read only every so many loads: it costs more than a load.
             for _ in 0..64 {
@@ -352,7 +358,7 @@ impl Wakeup {
                 }
                 std::hint::spin_loop();
             }
-            if start.elapsed() >= budget {
+            if Instant::now() >= deadline {
                 return false;
             }
         }
