@@ -711,6 +711,9 @@ fn spool_latency(
     busy_poll: Duration,
     spin_producer: bool,
 ) -> Stat {
+    // The gigabytes earlier workloads left for the kernel to write back are not this
+    // workload's: written back first (`sync`), as before the opens below.
+    let _ = std::process::Command::new("sync").status();
     let dir = tempfile::tempdir().expect("tempdir");
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
