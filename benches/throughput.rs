@@ -774,6 +774,54 @@ fn spool_latency(
     stat(count, size.max(8), elapsed, lat)
 }
 
+/// The floor under `spool_latency`: a producer thread sleeping until each send is due
+/// stores the send's number and time in atomics (and unparks the consumer unless it
+/// `spins`); the consumer thread waits for the number to move, parked or spinning.
+fn handoff_latency(count: usize, rate: u64, spins: bool) -> Stat {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let _ = std::process::Command::new("sync").status();
+    let origin = Instant::now();
+    let seq = std::sync::Arc::new(AtomicU64::new(0));
+    let sent = std::sync::Arc::new(AtomicU64::new(0));
+    let consumer = {
+        let (seq, sent) = (seq.clone(), sent.clone());
+        std::thread::spawn(move || {
+            let mut lat = Vec::with_capacity(count);
+            let mut seen = 0;
+            while seen < count as u64 {
+                let now = seq.load(Ordering::Acquire);
+                if now == seen {
+                    if spins {
+                        std::hint::spin_loop();
+                    } else {
+                        std::thread::park();
+                    }
+                    continue;
+                }
+                let at = origin.elapsed().as_nanos() as u64;
+                lat.push(at.saturating_sub(sent.load(Ordering::Acquire)) as f64 / 1e3);
+                seen = now;
+            }
+            lat
+        })
+    };
+    let period = Duration::from_nanos(1_000_000_000 / rate);
+    let start = Instant::now();
+    for i in 0..count {
+        let due = origin + period * (i as u32 + 1);
+        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+        sent.store(origin.elapsed().as_nanos() as u64, Ordering::Release);
+        seq.store(i as u64 + 1, Ordering::Release);
+        if !spins {
+            consumer.thread().unpark();
+        }
+    }
+    let lat = consumer.join().expect("consumer");
+    stat(lat.len(), 8, start.elapsed(), lat)
+}
+
 // ------------------------------------------------------- open after unclean stop
 
 const CHILD_ENV: &str = "SPOOL_BENCH_CHILD";
@@ -1061,23 +1109,33 @@ fn main() {
             || spool_consume_manual(n(50_000) / scale_down, size, 256),
         );
     }
+    // Round-robin, with the machine's floor for the same pattern without spool (what its
+    // scheduler and its halted CPUs allow any queue): this VM's tails come and go.
+    let mut lat: Vec<Workload<'_>> = Vec::new();
     for (size, label) in [(100usize, "100B"), (1024, "1KiB")] {
-        r.run(
+        lat.push(w(
             &format!("latency publish->recv 10k/s {label} sync=none"),
-            || spool_latency(n(20_000), size, 10_000, Duration::ZERO, false),
-        );
-        r.run(
+            move || spool_latency(n(20_000), size, 10_000, Duration::ZERO, false),
+        ));
+        lat.push(w(
             &format!("latency publish->recv 10k/s {label} sync=none {BUSY_POLL}"),
-            || spool_latency(n(20_000), size, 10_000, Duration::from_millis(1), false),
-        );
+            move || spool_latency(n(20_000), size, 10_000, Duration::from_millis(1), false),
+        ));
     }
     // The producer spinning between sends, as this bench's producer did until 2026-11-30:
     // its CPU never idles, so every wake-up lands on the other CPU, which has halted
     // (see README: tens of microseconds on a virtual machine without halt polling).
-    r.run(
+    lat.push(w(
         "latency publish->recv 10k/s 100B sync=none (producer spins)",
         || spool_latency(n(20_000), 100, 10_000, Duration::ZERO, true),
-    );
+    ));
+    lat.push(w("latency bare handoff 10k/s (consumer parks)", || {
+        handoff_latency(n(20_000), 10_000, false)
+    }));
+    lat.push(w("latency bare handoff 10k/s (consumer spins)", || {
+        handoff_latency(n(20_000), 10_000, true)
+    }));
+    r.round_robin(lat);
 
     println!("\n-- open after unclean stop");
     open_after_crash(&mut r);
@@ -1221,6 +1279,14 @@ fn main() {
                     l.p99_us
                 );
             }
+        }
+    }
+    for how in ["parks", "spins"] {
+        if let Some(l) = r.median(&format!("latency bare handoff 10k/s (consumer {how})")) {
+            println!(
+                "  ... the machine's floor, no spool (bare handoff, consumer {how}): p50 {:.1} µs, p99 {:.1} µs",
+                l.p50_us, l.p99_us
+            );
         }
     }
 }
