@@ -57,9 +57,9 @@ impl ConsumerBuilder {
     /// up to `budget` in all per call (default zero: it parks at once). For latency: a
     /// parked thread takes tens of microseconds to wake on some machines (a virtual CPU
     /// that halted), a spinning one sees the record within a microsecond. The cost is a
-    /// CPU busy while the topic is quiet, and the runtime's other tasks on that thread
-    /// (and `recv_timeout`'s timer, which may so be exceeded by up to `budget`) wait while
-    /// it spins: give such a consumer a thread of its own. A close ends the spin at once.
+    /// CPU busy while the topic is quiet, and the runtime's other tasks on that thread wait
+    /// while it spins (`recv_timeout`'s timer too: it may fire up to `budget` late): give
+    /// such a consumer a thread of its own. A close ends the spin at once.
     pub fn busy_poll(mut self, budget: Duration) -> Self {
         self.busy_poll = budget;
         self
