@@ -734,14 +734,7 @@ fn spool_latency(
         let h = Headers::new();
         let period = Duration::from_nanos(1_000_000_000 / rate);
         for i in 0..count {
-            let due = origin + period * (i as u32 + 1);
-            if spin_producer {
-                while Instant::now() < due {
-                    std::hint::spin_loop();
-                }
-            } else if let Some(wait) = due.checked_duration_since(Instant::now()) {
-                std::thread::sleep(wait);
-            }
+            wait_until(origin + period * (i as u32 + 1), spin_producer);
             let mut payload = vec![7u8; size.max(8)];
             let sent = origin.elapsed().as_nanos() as u64;
             payload[..8].copy_from_slice(&sent.to_le_bytes());
@@ -774,22 +767,36 @@ fn spool_latency(
     stat(count, size.max(8), elapsed, lat)
 }
 
+/// Waits until `due`, spinning or (the default for a paced producer) sleeping.
+fn wait_until(due: Instant, spin: bool) {
+    if spin {
+        while Instant::now() < due {
+            std::hint::spin_loop();
+        }
+    } else if let Some(wait) = due.checked_duration_since(Instant::now()) {
+        std::thread::sleep(wait);
+    }
+}
+
 /// The floor under `spool_latency`: a producer thread sleeping until each send is due
-/// stores the send's number and time in atomics (and unparks the consumer unless it
-/// `spins`); the consumer thread waits for the number to move, parked or spinning.
+/// stores the send's time in its slot, then the count of sends (and unparks the consumer
+/// unless it `spins`); the consumer thread waits for the count to move, parked or
+/// spinning, and takes every send's latency from its slot (sends that came while it was
+/// away included, as spool's consumer receives each of them).
 fn handoff_latency(count: usize, rate: u64, spins: bool) -> Stat {
     use std::sync::atomic::{AtomicU64, Ordering};
     let _ = std::process::Command::new("sync").status();
     let origin = Instant::now();
     let seq = std::sync::Arc::new(AtomicU64::new(0));
-    let sent = std::sync::Arc::new(AtomicU64::new(0));
+    let sent: std::sync::Arc<Vec<AtomicU64>> =
+        std::sync::Arc::new((0..count).map(|_| AtomicU64::new(0)).collect());
     let consumer = {
         let (seq, sent) = (seq.clone(), sent.clone());
         std::thread::spawn(move || {
             let mut lat = Vec::with_capacity(count);
             let mut seen = 0;
-            while seen < count as u64 {
-                let now = seq.load(Ordering::Acquire);
+            while seen < count {
+                let now = seq.load(Ordering::Acquire) as usize;
                 if now == seen {
                     if spins {
                         std::hint::spin_loop();
@@ -799,7 +806,9 @@ fn handoff_latency(count: usize, rate: u64, spins: bool) -> Stat {
                     continue;
                 }
                 let at = origin.elapsed().as_nanos() as u64;
-                lat.push(at.saturating_sub(sent.load(Ordering::Acquire)) as f64 / 1e3);
+                for slot in &sent[seen..now] {
+                    lat.push(at.saturating_sub(slot.load(Ordering::Relaxed)) as f64 / 1e3);
+                }
                 seen = now;
             }
             lat
@@ -807,12 +816,10 @@ fn handoff_latency(count: usize, rate: u64, spins: bool) -> Stat {
     };
     let period = Duration::from_nanos(1_000_000_000 / rate);
     let start = Instant::now();
-    for i in 0..count {
-        let due = origin + period * (i as u32 + 1);
-        if let Some(wait) = due.checked_duration_since(Instant::now()) {
-            std::thread::sleep(wait);
-        }
-        sent.store(origin.elapsed().as_nanos() as u64, Ordering::Release);
+    for (i, slot) in sent.iter().enumerate() {
+        wait_until(origin + period * (i as u32 + 1), false);
+        slot.store(origin.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        // Release: the consumer that sees the count sees the slots below it.
         seq.store(i as u64 + 1, Ordering::Release);
         if !spins {
             consumer.thread().unpark();
