@@ -830,10 +830,14 @@ mod tests {
         catalog: std::sync::OnceLock<Arc<Catalog>>,
         fs: crate::io::sim::SimFs,
         late: Mutex<Option<u64>>,
+        /// The state's lock, as `GroupSnapshotter` keeps it: tickets are taken under it and
+        /// the image is not taken while it is held (the committer's rule for `noted`).
+        state: Mutex<()>,
     }
 
     impl Snapshotter for LateAckThenFail {
         fn try_ops(&self) -> Option<Vec<Op>> {
+            let _state = self.state.try_lock().ok()?;
             let c = self.catalog.get().expect("set");
             let me: Arc<dyn Snapshotter> = Arc::new(Busy {
                 busy: 0,
@@ -860,10 +864,16 @@ mod tests {
             catalog: std::sync::OnceLock::new(),
             fs: fs.clone(),
             late: Mutex::new(None),
+            state: Mutex::new(()),
         });
         snap.catalog.set(c.clone()).expect("set");
         let s: Arc<dyn Snapshotter> = snap.clone();
-        let first = c.ack_ticket(&s, true).expect("ticket");
+        // Under the state's lock, as every ack: without it the committer could take the
+        // image and decide before this ticket is issued, and never hear of it again.
+        let first = {
+            let _state = snap.state.lock().expect("lock");
+            c.ack_ticket(&s, true).expect("ticket")
+        };
         let wait = |t: u64| {
             let deadline = std::time::Instant::now() + Duration::from_secs(10);
             loop {
