@@ -1245,7 +1245,9 @@ fn seal_after(
     summaries: &Summaries,
 ) -> Result<()> {
     if let Some((new, dir)) = fresh {
-        new.with_file(|f| f.sync_data())?;
+        // Poisons on failure: the new segment's header may be gone, and the topic's
+        // writes go there next.
+        new.sync_after_resize()?;
         fs.sync_dir(dir)?;
     }
     seal(fs, seg, interval, summaries)
@@ -1257,6 +1259,10 @@ fn seal_after(
 fn seal(fs: &Fs, seg: &Segment, interval: u64, summaries: &Summaries) -> Result<()> {
     seg.sync_after_resize()?;
     seg.check_whole(interval)?;
+    // Not sealed if a sync of the topic failed meanwhile (one racing this one could have
+    // had this file's error, leaving this sync's success meaningless): open then checks
+    // the segment record by record instead of trusting a sealed index.
+    seg.check_poison()?;
     let s = seg.summary();
     let entries = seg.index(interval)?;
     segment::write_sealed_index(fs, &seg.index_path, &entries, &s)?;
@@ -1923,6 +1929,51 @@ mod tests {
         let log = TopicLog::open(&Fs::new(Arc::new(killed)), dir, cfg, 0).expect("reopen");
         assert_eq!(log.next(), failed.0);
         assert_dense(&log, 0);
+    }
+
+    /// A sealing whose sync succeeds after another sync of the topic failed does not seal:
+    /// the failed one may have taken this file's error (Linux reports it once), leaving
+    /// the success meaningless, and a sealed index would vouch for records a power cut
+    /// may lose. Found by review.
+    #[test]
+    fn a_sealing_whose_sync_ends_after_the_topic_is_poisoned_does_not_seal() {
+        use crate::io::sim::SimFs;
+        let sim = SimFs::new(2);
+        let mut log = TopicLog::open(
+            &Fs::new(Arc::new(sim.clone())),
+            Path::new("/t"),
+            sim_cfg(),
+            0,
+        )
+        .expect("open");
+        assert!(append_until_segments(&mut log, 2));
+        log.finish_sealing().expect("the first segment sealed");
+        let b = log.reader().snapshot()[1].clone();
+        // Lets B's sealing go however this test ends (a drop of the log waits for it).
+        struct Release(SimFs);
+        impl Drop for Release {
+            fn drop(&mut self) {
+                self.0.fail_syncs_of(None);
+                self.0.hold_syncs_of(None);
+            }
+        }
+        let release = Release(sim.clone());
+        // B's sealing stops inside its sync (past any check made before it).
+        sim.hold_syncs_of(Some(&b.path));
+        assert!(append_until_segments(&mut log, 3));
+        wait_for("B's sealing inside its sync", || sim.syncs_waiting() == 1);
+        // Records in C, then C's sync (as the sync thread's) fails.
+        let c = log.active().clone();
+        append(&mut log, 1);
+        sim.fail_syncs_of(Some(&c.path));
+        assert!(c.sync().is_err(), "C's sync fails");
+        drop(release);
+        let sealed = log.finish_sealing();
+        assert!(matches!(sealed, Err(Error::Poisoned { .. })), "{sealed:?}");
+        assert!(
+            !b.is_sealed(),
+            "B is checked record by record at the next open"
+        );
     }
 
     /// Kept files are used only below the log's first segment, where retention leaves

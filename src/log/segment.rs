@@ -118,11 +118,7 @@ impl Segment {
     /// Makes everything written so far durable. A failure poisons the topic: the kernel
     /// may have dropped the dirty pages, so a retry could report success falsely.
     pub fn sync(&self) -> Result<()> {
-        if let Some(reason) = self.poison.get() {
-            return Err(Error::Poisoned {
-                reason: reason.clone(),
-            });
-        }
+        self.check_poison()?;
         let end = self.end();
         if self.synced.load(Ordering::Acquire) >= end {
             return Ok(());
@@ -134,8 +130,10 @@ impl Segment {
         Ok(())
     }
 
-    /// Syncs unconditionally (after a resize, which `sync` would not see as new data).
+    /// Syncs unconditionally (after a resize, which `sync` would not see as new data);
+    /// never after a failure: a sync that succeeds then proves nothing (see `sync`).
     pub fn sync_after_resize(&self) -> Result<()> {
+        self.check_poison()?;
         let end = self.end();
         self.with_file(|f| f.sync_data()).inspect_err(|e| {
             let _ = self.poison.set(format!("sync failed: {e}"));
@@ -147,6 +145,16 @@ impl Segment {
     /// Why writes to this segment's topic stopped, if a write or sync failed.
     pub fn poisoned(&self) -> Option<String> {
         self.poison.get().cloned()
+    }
+
+    /// `Err(Poisoned)` once a write or sync of this segment's topic failed.
+    pub fn check_poison(&self) -> Result<()> {
+        match self.poison.get() {
+            Some(reason) => Err(Error::Poisoned {
+                reason: reason.clone(),
+            }),
+            None => Ok(()),
+        }
     }
 
     /// Whether the bytes below `end` are already durable.
