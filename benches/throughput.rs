@@ -698,6 +698,7 @@ fn spool_consume_manual(count: usize, size: usize, in_flight: usize) -> Stat {
 
 /// The latency workloads' consumer that spins up to 1 ms before it parks.
 const BUSY_POLL: &str = "busy-poll";
+const TOKIO_HANDOFF: &str = "latency tokio handoff 10k/s (consumer awaits a Notify)";
 
 /// Publish -> recv latency at a steady rate under `Sync=None`, payloads of `size` bytes
 /// (at least 8: the send time). The producer is its own thread pacing itself on the clock
@@ -827,6 +828,61 @@ fn handoff_latency(count: usize, rate: u64, spins: bool) -> Stat {
     }
     let lat = consumer.join().expect("consumer");
     stat(lat.len(), 8, start.elapsed(), lat)
+}
+
+/// The floor under a parked `recv`: `handoff_latency` with the consumer awaiting a tokio
+/// `Notify` on the same kind of runtime as `spool_latency`'s (current-thread, IO driver
+/// on), so its wake-up goes the same way (the runtime's driver and its eventfd): what a
+/// parked `recv` costs without spool's own work.
+fn tokio_handoff_latency(count: usize, rate: u64) -> Stat {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let _ = std::process::Command::new("sync").status();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let origin = Instant::now();
+    let notify = Arc::new(tokio::sync::Notify::new());
+    let seq = Arc::new(AtomicU64::new(0));
+    let sent: Arc<Vec<AtomicU64>> = Arc::new((0..count).map(|_| AtomicU64::new(0)).collect());
+    let producer = {
+        let (notify, seq, sent) = (notify.clone(), seq.clone(), sent.clone());
+        std::thread::spawn(move || {
+            let period = Duration::from_nanos(1_000_000_000 / rate);
+            for (i, slot) in sent.iter().enumerate() {
+                wait_until(origin + period * (i as u32 + 1), false);
+                slot.store(origin.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                seq.store(i as u64 + 1, Ordering::Release);
+                notify.notify_waiters();
+            }
+        })
+    };
+    let start = Instant::now();
+    let lat = rt.block_on(async {
+        let mut lat = Vec::with_capacity(count);
+        let mut seen = 0;
+        while seen < count {
+            // Registered before looking, as `recv` does, so a send in between is not missed.
+            let notified = notify.notified();
+            let mut notified = std::pin::pin!(notified);
+            notified.as_mut().enable();
+            let now = seq.load(Ordering::Acquire) as usize;
+            if now == seen {
+                notified.await;
+                continue;
+            }
+            let at = origin.elapsed().as_nanos() as u64;
+            for slot in &sent[seen..now] {
+                lat.push(at.saturating_sub(slot.load(Ordering::Relaxed)) as f64 / 1e3);
+            }
+            seen = now;
+        }
+        lat
+    });
+    let elapsed = start.elapsed();
+    producer.join().expect("producer");
+    stat(lat.len(), 8, elapsed, lat)
 }
 
 // ------------------------------------------------------- open after unclean stop
@@ -1142,6 +1198,9 @@ fn main() {
     lat.push(w("latency bare handoff 10k/s (consumer spins)", || {
         handoff_latency(n(20_000), 10_000, true)
     }));
+    lat.push(w(TOKIO_HANDOFF, || {
+        tokio_handoff_latency(n(20_000), 10_000)
+    }));
     r.round_robin(lat);
 
     println!("\n-- open after unclean stop");
@@ -1295,5 +1354,11 @@ fn main() {
                 l.p50_us, l.p99_us
             );
         }
+    }
+    if let Some(l) = r.median(TOKIO_HANDOFF) {
+        println!(
+            "  ... the floor of a parked recv, no spool (tokio Notify on the same runtime): p50 {:.1} µs, p99 {:.1} µs",
+            l.p50_us, l.p99_us
+        );
     }
 }
