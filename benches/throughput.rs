@@ -806,10 +806,7 @@ fn handoff_latency(count: usize, rate: u64, spins: bool) -> Stat {
                     }
                     continue;
                 }
-                let at = origin.elapsed().as_nanos() as u64;
-                for slot in &sent[seen..now] {
-                    lat.push(at.saturating_sub(slot.load(Ordering::Relaxed)) as f64 / 1e3);
-                }
+                received(&mut lat, origin, &sent[seen..now]);
                 seen = now;
             }
             lat
@@ -828,6 +825,16 @@ fn handoff_latency(count: usize, rate: u64, spins: bool) -> Stat {
     }
     let lat = consumer.join().expect("consumer");
     stat(lat.len(), 8, start.elapsed(), lat)
+}
+
+/// The latencies (µs) of the sends stamped in `slots` (nanoseconds after `origin`),
+/// received now.
+fn received(lat: &mut Vec<f64>, origin: Instant, slots: &[std::sync::atomic::AtomicU64]) {
+    let at = origin.elapsed().as_nanos() as u64;
+    for slot in slots {
+        let sent = slot.load(std::sync::atomic::Ordering::Relaxed);
+        lat.push(at.saturating_sub(sent) as f64 / 1e3);
+    }
 }
 
 /// The floor under a parked `recv`: `handoff_latency` with the consumer awaiting a tokio
@@ -872,10 +879,7 @@ fn tokio_handoff_latency(count: usize, rate: u64) -> Stat {
                 notified.await;
                 continue;
             }
-            let at = origin.elapsed().as_nanos() as u64;
-            for slot in &sent[seen..now] {
-                lat.push(at.saturating_sub(slot.load(Ordering::Relaxed)) as f64 / 1e3);
-            }
+            received(&mut lat, origin, &sent[seen..now]);
             seen = now;
         }
         lat

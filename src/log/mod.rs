@@ -1938,16 +1938,7 @@ mod tests {
     #[test]
     fn a_sealing_whose_sync_ends_after_the_topic_is_poisoned_does_not_seal() {
         use crate::io::sim::SimFs;
-        let sim = SimFs::new(2);
-        let mut log = TopicLog::open(
-            &Fs::new(Arc::new(sim.clone())),
-            Path::new("/t"),
-            sim_cfg(),
-            0,
-        )
-        .expect("open");
-        assert!(append_until_segments(&mut log, 2));
-        log.finish_sealing().expect("the first segment sealed");
+        let (sim, mut log) = rolled_once(2);
         let b = log.reader().snapshot()[1].clone();
         // Lets B's sealing go however this test ends (a drop of the log waits for it).
         struct Release(SimFs);
@@ -2476,10 +2467,9 @@ mod tests {
         }
     }
 
-    /// A log on `SimFs::new(seed)` (`sim_cfg`) rolled once, its first segment sealed, then
-    /// rolled again from the ready spare file while every sync is held: that roll's
-    /// sealing has synced nothing yet. The caller lets the syncs go (`hold_syncs(false)`).
-    fn rolled_twice_with_syncs_held(seed: u64) -> (crate::io::sim::SimFs, TopicLog) {
+    /// A log in `/t` on `SimFs::new(seed)` (`sim_cfg`) rolled once, its first segment
+    /// sealed.
+    fn rolled_once(seed: u64) -> (crate::io::sim::SimFs, TopicLog) {
         let fs = crate::io::sim::SimFs::new(seed);
         let mut log = TopicLog::open(
             &Fs::new(Arc::new(fs.clone())),
@@ -2490,6 +2480,14 @@ mod tests {
         .expect("open");
         assert!(append_until_segments(&mut log, 2));
         log.finish_sealing().expect("the first segment sealed");
+        (fs, log)
+    }
+
+    /// A log on `SimFs::new(seed)` (`sim_cfg`) rolled once, its first segment sealed, then
+    /// rolled again from the ready spare file while every sync is held: that roll's
+    /// sealing has synced nothing yet. The caller lets the syncs go (`hold_syncs(false)`).
+    fn rolled_twice_with_syncs_held(seed: u64) -> (crate::io::sim::SimFs, TopicLog) {
+        let (fs, mut log) = rolled_once(seed);
         wait_for_spare(&mut log);
         fs.hold_syncs(true);
         assert!(append_until_segments(&mut log, 3));
