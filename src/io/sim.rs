@@ -40,6 +40,8 @@ struct Failing {
     path: PathBuf,
     /// Only syncs fail; writes and truncations land in the live image.
     syncs_only: bool,
+    /// Only the next sync fails (`fail_one_sync_of`).
+    once: bool,
 }
 
 #[derive(Debug, Default)]
@@ -112,10 +114,23 @@ impl SimFs {
         self.set_failing(path, true);
     }
 
+    /// The next sync of the file named `path` fails, later ones succeed: as Linux, which
+    /// reports a file's writeback error to one `fsync` only (per descriptor), so another
+    /// thread's sync of the same file a moment later returns success. The failed sync
+    /// drops the file's pending changes, as `fail_syncs_of`.
+    pub fn fail_one_sync_of(&self, path: &Path) {
+        *self.failing.lock().unwrap_or_else(|e| e.into_inner()) = Some(Failing {
+            path: path.to_path_buf(),
+            syncs_only: true,
+            once: true,
+        });
+    }
+
     fn set_failing(&self, path: Option<&Path>, syncs_only: bool) {
         *self.failing.lock().unwrap_or_else(|e| e.into_inner()) = path.map(|p| Failing {
             path: p.to_path_buf(),
             syncs_only,
+            once: false,
         });
     }
 
@@ -127,11 +142,16 @@ impl SimFs {
 
     /// The error injected, if the failing path is one `is_it` names.
     fn injected_if(&self, sync: bool, is_it: impl FnOnce(&Path) -> bool) -> std::io::Result<()> {
-        let failing = self.failing.lock().unwrap_or_else(|e| e.into_inner());
+        let mut failing = self.failing.lock().unwrap_or_else(|e| e.into_inner());
         match failing.as_ref() {
-            Some(f) if (sync || !f.syncs_only) && is_it(&f.path) => Err(std::io::Error::other(
-                "injected I/O error (SimFs::fail_writes_to/fail_syncs_of)",
-            )),
+            Some(f) if (sync || !f.syncs_only) && is_it(&f.path) => {
+                if f.once {
+                    *failing = None;
+                }
+                Err(std::io::Error::other(
+                    "injected I/O error (SimFs::fail_writes_to/fail_syncs_of)",
+                ))
+            }
             _ => Ok(()),
         }
     }

@@ -1967,6 +1967,40 @@ mod tests {
         );
     }
 
+    /// Two syncs of one segment at once, the first failing: Linux reports a writeback
+    /// error to one `fsync` only, so the second may return success for pages the first
+    /// one's failure dropped. The second waits for the first and its poison, and claims
+    /// nothing. Found by review (a roll's sealing beside the sync thread's sync).
+    #[test]
+    fn a_sync_beside_a_failing_one_waits_for_it_and_claims_nothing() {
+        let (sim, mut log) = rolled_once(4);
+        append(&mut log, 1);
+        let b = log.active().clone();
+        let end = b.end();
+        sim.hold_syncs_of(Some(&b.path));
+        sim.fail_one_sync_of(&b.path);
+        let first = {
+            let b = b.clone();
+            std::thread::spawn(move || b.sync())
+        };
+        wait_for("the first sync inside its fsync", || {
+            sim.syncs_waiting() == 1
+        });
+        let second = {
+            let b = b.clone();
+            std::thread::spawn(move || b.sync_after_resize())
+        };
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let in_fsync = sim.syncs_waiting();
+        sim.hold_syncs_of(None);
+        assert_eq!(in_fsync, 1, "the second sync waits outside the fsync");
+        let first = first.join().expect("first");
+        assert!(matches!(first, Err(Error::Io { .. })), "{first:?}");
+        let second = second.join().expect("second");
+        assert!(matches!(second, Err(Error::Poisoned { .. })), "{second:?}");
+        assert!(!b.is_synced_to(end), "nothing vouched for");
+    }
+
     /// Kept files are used only below the log's first segment, where retention leaves
     /// them: a log whose segments were deleted by hand starts again at offset 0, and the
     /// old records in a kept file would then carry the offsets of new ones (here a

@@ -72,6 +72,10 @@ pub struct Segment {
     doubtful: AtomicBool,
     /// Bytes known durable (everything below was covered by a completed sync).
     synced: AtomicU64,
+    /// Held across each sync of the file and what it concludes (the poison or `synced`):
+    /// Linux reports a writeback error to one `fsync` only, so a sync that succeeds
+    /// beside a failing one must see the poison that one sets.
+    sync_lock: Mutex<()>,
     max_body: usize,
     poison: Poison,
     fs: Fs,
@@ -123,21 +127,28 @@ impl Segment {
         if self.synced.load(Ordering::Acquire) >= end {
             return Ok(());
         }
-        self.with_file(|f| f.sync_data()).inspect_err(|e| {
-            let _ = self.poison.set(format!("sync failed: {e}"));
-        })?;
-        self.synced.fetch_max(end, Ordering::AcqRel);
-        Ok(())
+        self.sync_to(end)
     }
 
     /// Syncs unconditionally (after a resize, which `sync` would not see as new data);
     /// never after a failure: a sync that succeeds then proves nothing (see `sync`).
     pub fn sync_after_resize(&self) -> Result<()> {
+        self.sync_to(self.end())
+    }
+
+    /// Syncs the file and marks `end` (read before) durable, one sync at a time: a failed
+    /// one has set the poison before the next looks (that one's success may only mean the
+    /// error was reported already). Blocks other syncs of this segment, never its readers
+    /// or its writer.
+    fn sync_to(&self, end: u64) -> Result<()> {
+        let _one = self.sync_lock.lock().unwrap_or_else(|e| e.into_inner());
         self.check_poison()?;
-        let end = self.end();
         self.with_file(|f| f.sync_data()).inspect_err(|e| {
             let _ = self.poison.set(format!("sync failed: {e}"));
         })?;
+        // Another file of the topic failed meanwhile: vouch for nothing more (a false
+        // failure is safe, a false success is not).
+        self.check_poison()?;
         self.synced.fetch_max(end, Ordering::AcqRel);
         Ok(())
     }
@@ -481,6 +492,7 @@ impl Segment {
             } else {
                 SEGMENT_HEADER_LEN as u64
             }),
+            sync_lock: Mutex::new(()),
             max_body,
             poison,
             fs: fs.clone(),
