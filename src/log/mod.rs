@@ -1120,7 +1120,12 @@ impl TopicLog {
             // A spare made now is still a spare: the next open makes its own.
             let _ = h.join();
         }
-        held.and(self.finish_sealing())
+        // Every one, also after one failed (a poisoned topic fails them all).
+        let mut sealed = Ok(());
+        while !self.sealing.is_empty() {
+            sealed = sealed.and(self.finish_oldest_sealing());
+        }
+        held.and(sealed)
     }
 
     /// Waits for every background sealing; a failure poisons the topic (the records may
@@ -1999,6 +2004,42 @@ mod tests {
         let second = second.join().expect("second");
         assert!(matches!(second, Err(Error::Poisoned { .. })), "{second:?}");
         assert!(!b.is_synced_to(end), "nothing vouched for");
+    }
+
+    /// Closing joins every sealing, not only up to the first that failed (once the topic
+    /// is poisoned, all those still running fail): nothing may write in the directory
+    /// after the log let it go. Found by review.
+    #[test]
+    fn quiesce_waits_for_every_sealing_after_one_failed() {
+        let (fs, mut log) = rolled_once(9);
+        let b = log.active().clone();
+        // Lets B's sealing go however this test ends (a drop of the log waits for it).
+        struct Release(crate::io::sim::SimFs);
+        impl Drop for Release {
+            fn drop(&mut self) {
+                self.0.fail_writes_to(None);
+                self.0.hold_syncs_of(None);
+            }
+        }
+        let release = Release(fs.clone());
+        // B's sealing waits inside B's sync; C's is done but not joined yet.
+        fs.hold_syncs_of(Some(&b.path));
+        assert!(append_until_segments(&mut log, 4));
+        assert_eq!(log.sealing.len(), 2, "B's and C's sealings not joined");
+        let active = log.active().path.clone();
+        fs.fail_writes_to(Some(&active));
+        let headers = Headers::new();
+        let m = Append {
+            payload: &[7u8; 10],
+            headers: &headers,
+            headers_len: record::headers_len(&headers),
+        };
+        assert!(log.append(&[m], 0).is_err(), "the write fails");
+        fs.fail_writes_to(None);
+        assert!(log.active().poisoned().is_some(), "a failed write poisons");
+        drop(release);
+        assert!(log.quiesce().is_err(), "B's sealing fails");
+        assert!(log.sealing.is_empty(), "every sealing joined");
     }
 
     /// Kept files are used only below the log's first segment, where retention leaves

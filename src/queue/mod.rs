@@ -1613,9 +1613,8 @@ impl Engine {
     /// Applies retention to every topic; forgets de-duplication ids of deleted records.
     /// `wait`: a segment still being sealed in the background is waited for (an explicit
     /// call) instead of left for the next check (the background one, which must not hold
-    /// a writer's lock across a sync).
-    /// Every topic is tried; the first failure is returned after (one poisoned topic must
-    /// not keep the others' old segments).
+    /// a writer's lock across a sync). Every topic is tried; the first failure is returned
+    /// after (one poisoned topic must not keep the others' old segments).
     pub fn apply_retention(&self, now_ms: u64, wait: bool) -> Result<()> {
         let mut first = Ok(());
         for t in self.all_topics() {
@@ -1782,6 +1781,15 @@ mod tests {
                 .join(topic)
                 .join(crate::log::segment::segment_file_name(base))
         };
+        // Lets a's sealing go however this test ends (dropping the engine waits for it).
+        struct Release(crate::io::sim::SimFs);
+        impl Drop for Release {
+            fn drop(&mut self) {
+                self.0.fail_writes_to(None);
+                self.0.hold_syncs_of(None);
+            }
+        }
+        let release = Release(fs.clone());
         // "a" sorts first: its failure comes before "b" is looked at.
         publish("a").expect("a");
         fs.hold_syncs_of(Some(&segment("a", 0)));
@@ -1804,8 +1812,7 @@ mod tests {
         }
         fs.fail_writes_to(Some(&active));
         assert!(publish("a").is_err(), "a poisoned");
-        fs.fail_writes_to(None);
-        fs.hold_syncs_of(None);
+        drop(release);
         let retention = e.apply_retention(1, true);
         assert!(
             matches!(retention, Err(Error::Poisoned { .. })),
