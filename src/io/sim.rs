@@ -78,6 +78,18 @@ pub struct SimFs {
     held_file: Arc<Mutex<Option<PathBuf>>>,
 }
 
+/// See [`SimFs::faults_cleared_on_drop`].
+#[derive(Debug)]
+pub struct ClearFaults(SimFs);
+
+impl Drop for ClearFaults {
+    fn drop(&mut self) {
+        self.0.set_failing(None, false);
+        self.0.hold_syncs_of(None);
+        self.0.hold_syncs(false);
+    }
+}
+
 impl SimFs {
     /// An empty file system; `seed` drives every random choice of the crash image.
     pub fn new(seed: u64) -> SimFs {
@@ -112,6 +124,13 @@ impl SimFs {
     /// Stricter than Linux, where a later write to the same page dirties it again.
     pub fn fail_syncs_of(&self, path: Option<&Path>) {
         self.set_failing(path, true);
+    }
+
+    /// A guard that, when dropped, lets every held sync go and fails nothing any more:
+    /// however a test ends (a panic included), a log it drops then does not wait forever
+    /// for a sealing held inside its sync.
+    pub fn faults_cleared_on_drop(&self) -> ClearFaults {
+        ClearFaults(self.clone())
     }
 
     /// The next sync of the file named `path` fails, later ones succeed: as Linux, which

@@ -1942,18 +1942,9 @@ mod tests {
     /// may lose. Found by review.
     #[test]
     fn a_sealing_whose_sync_ends_after_the_topic_is_poisoned_does_not_seal() {
-        use crate::io::sim::SimFs;
         let (sim, mut log) = rolled_once(2);
         let b = log.reader().snapshot()[1].clone();
-        // Lets B's sealing go however this test ends (a drop of the log waits for it).
-        struct Release(SimFs);
-        impl Drop for Release {
-            fn drop(&mut self) {
-                self.0.fail_syncs_of(None);
-                self.0.hold_syncs_of(None);
-            }
-        }
-        let release = Release(sim.clone());
+        let release = sim.faults_cleared_on_drop();
         // B's sealing stops inside its sync (past any check made before it).
         sim.hold_syncs_of(Some(&b.path));
         assert!(append_until_segments(&mut log, 3));
@@ -2013,15 +2004,7 @@ mod tests {
     fn quiesce_waits_for_every_sealing_after_one_failed() {
         let (fs, mut log) = rolled_once(9);
         let b = log.active().clone();
-        // Lets B's sealing go however this test ends (a drop of the log waits for it).
-        struct Release(crate::io::sim::SimFs);
-        impl Drop for Release {
-            fn drop(&mut self) {
-                self.0.fail_writes_to(None);
-                self.0.hold_syncs_of(None);
-            }
-        }
-        let release = Release(fs.clone());
+        let release = fs.faults_cleared_on_drop();
         // B's sealing waits inside B's sync; C's is done but not joined yet.
         fs.hold_syncs_of(Some(&b.path));
         assert!(append_until_segments(&mut log, 4));

@@ -1781,15 +1781,7 @@ mod tests {
                 .join(topic)
                 .join(crate::log::segment::segment_file_name(base))
         };
-        // Lets a's sealing go however this test ends (dropping the engine waits for it).
-        struct Release(crate::io::sim::SimFs);
-        impl Drop for Release {
-            fn drop(&mut self) {
-                self.0.fail_writes_to(None);
-                self.0.hold_syncs_of(None);
-            }
-        }
-        let release = Release(fs.clone());
+        let release = fs.faults_cleared_on_drop();
         // "a" sorts first: its failure comes before "b" is looked at.
         publish("a").expect("a");
         fs.hold_syncs_of(Some(&segment("a", 0)));
