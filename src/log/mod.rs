@@ -728,12 +728,7 @@ impl TopicLog {
     }
 
     fn check_poison(&self) -> Result<()> {
-        match self.poison.get() {
-            Some(reason) => Err(Error::Poisoned {
-                reason: reason.clone(),
-            }),
-            None => Ok(()),
-        }
+        segment::check_poison(&self.poison)
     }
 
     /// Appends `msgs` (already validated) with timestamps `max(now, previous)`. Returns
@@ -1264,9 +1259,9 @@ fn seal_after(
 fn seal(fs: &Fs, seg: &Segment, interval: u64, summaries: &Summaries) -> Result<()> {
     seg.sync_after_resize()?;
     seg.check_whole(interval)?;
-    // Not sealed if a sync of the topic failed meanwhile (one racing this one could have
-    // had this file's error, leaving this sync's success meaningless): open then checks
-    // the segment record by record instead of trusting a sealed index.
+    // Not sealed if the topic was poisoned since the sync (while the segment was read
+    // whole): a poisoned topic vouches for nothing more, and open checks an unsealed
+    // segment record by record instead of trusting a sealed index.
     seg.check_poison()?;
     let s = seg.summary();
     let entries = seg.index(interval)?;
@@ -1937,9 +1932,9 @@ mod tests {
     }
 
     /// A sealing whose sync succeeds after another sync of the topic failed does not seal:
-    /// the failed one may have taken this file's error (Linux reports it once), leaving
-    /// the success meaningless, and a sealed index would vouch for records a power cut
-    /// may lose. Found by review.
+    /// a poisoned topic vouches for nothing more (a false failure is safe), and a sealed
+    /// index would vouch for records a power cut may lose. Found by review. (The same
+    /// file's error taken by a sync beside this one: the next test.)
     #[test]
     fn a_sealing_whose_sync_ends_after_the_topic_is_poisoned_does_not_seal() {
         let (sim, mut log) = rolled_once(2);

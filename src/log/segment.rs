@@ -37,6 +37,16 @@ pub fn index_file_name(base: u64) -> String {
 /// Set once, by the first failed write or sync of a topic: every later append fails.
 pub type Poison = Arc<OnceLock<String>>;
 
+/// `Err(Poisoned)` once `poison` is set.
+pub fn check_poison(poison: &Poison) -> Result<()> {
+    match poison.get() {
+        Some(reason) => Err(Error::Poisoned {
+            reason: reason.clone(),
+        }),
+        None => Ok(()),
+    }
+}
+
 /// A segment shared between the topic's writer and its readers.
 #[derive(Debug)]
 pub struct Segment {
@@ -160,12 +170,7 @@ impl Segment {
 
     /// `Err(Poisoned)` once a write or sync of this segment's topic failed.
     pub fn check_poison(&self) -> Result<()> {
-        match self.poison.get() {
-            Some(reason) => Err(Error::Poisoned {
-                reason: reason.clone(),
-            }),
-            None => Ok(()),
-        }
+        check_poison(&self.poison)
     }
 
     /// Whether the bytes below `end` are already durable.
