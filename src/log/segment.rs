@@ -148,8 +148,8 @@ impl Segment {
 
     /// Syncs the file and marks `end` (read before) durable, one sync at a time: a failed
     /// one has set the poison before the next looks (that one's success may only mean the
-    /// error was reported already). Blocks other syncs of this segment, never its readers
-    /// or its writer.
+    /// error was reported already). Blocks other syncs of this segment, never its reads
+    /// or appends.
     fn sync_to(&self, end: u64) -> Result<()> {
         let _one = self.sync_lock.lock().unwrap_or_else(|e| e.into_inner());
         self.check_poison()?;
