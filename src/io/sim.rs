@@ -84,7 +84,7 @@ pub struct ClearFaults(SimFs);
 
 impl Drop for ClearFaults {
     fn drop(&mut self) {
-        self.0.set_failing(None, false);
+        self.0.set_failing(None, false, false);
         self.0.hold_syncs_of(None);
         self.0.hold_syncs(false);
     }
@@ -114,7 +114,7 @@ impl SimFs {
     /// fail with an I/O error: a disk going bad under one file (a directory: its syncs).
     /// A failed sync of a file drops its changes since the last sync, as `fail_syncs_of`.
     pub fn fail_writes_to(&self, path: Option<&Path>) {
-        self.set_failing(path, false);
+        self.set_failing(path, false, false);
     }
 
     /// From now on (until `None`), syncs of the file named `path` fail with an I/O error
@@ -123,7 +123,7 @@ impl SimFs {
     /// power cut loses them even behind later synced data (the "fsyncgate" behaviour).
     /// Stricter than Linux, where a later write to the same page dirties it again.
     pub fn fail_syncs_of(&self, path: Option<&Path>) {
-        self.set_failing(path, true);
+        self.set_failing(path, true, false);
     }
 
     /// A guard that, when dropped, lets every held sync go and fails nothing any more:
@@ -138,18 +138,14 @@ impl SimFs {
     /// thread's sync of the same file a moment later returns success. The failed sync
     /// drops the file's pending changes, as `fail_syncs_of`.
     pub fn fail_one_sync_of(&self, path: &Path) {
-        *self.failing.lock().unwrap_or_else(|e| e.into_inner()) = Some(Failing {
-            path: path.to_path_buf(),
-            syncs_only: true,
-            once: true,
-        });
+        self.set_failing(Some(path), true, true);
     }
 
-    fn set_failing(&self, path: Option<&Path>, syncs_only: bool) {
+    fn set_failing(&self, path: Option<&Path>, syncs_only: bool, once: bool) {
         *self.failing.lock().unwrap_or_else(|e| e.into_inner()) = path.map(|p| Failing {
             path: p.to_path_buf(),
             syncs_only,
-            once: false,
+            once,
         });
     }
 

@@ -1115,21 +1115,19 @@ impl TopicLog {
             // A spare made now is still a spare: the next open makes its own.
             let _ = h.join();
         }
-        // Every one, also after one failed (a poisoned topic fails them all).
-        let mut sealed = Ok(());
-        while !self.sealing.is_empty() {
-            sealed = sealed.and(self.finish_oldest_sealing());
-        }
-        held.and(sealed)
+        held.and(self.finish_sealing())
     }
 
     /// Waits for every background sealing; a failure poisons the topic (the records may
     /// not be durable).
     pub fn finish_sealing(&mut self) -> Result<()> {
+        // Every one, also after one failed (a poisoned topic fails them all): none may
+        // still be running when this returns (at close, nothing writes in the directory).
+        let mut first = Ok(());
         while !self.sealing.is_empty() {
-            self.finish_oldest_sealing()?;
+            first = first.and(self.finish_oldest_sealing());
         }
-        Ok(())
+        first
     }
 
     fn finish_oldest_sealing(&mut self) -> Result<()> {
