@@ -414,6 +414,47 @@ async fn missing_or_garbage_index_files_are_rebuilt() {
     }
 }
 
+/// A terabyte-long (sparse) index or boot mark is damage like any other: the index is
+/// rebuilt, the boot mark distrusted. Reading either whole aborted the process (an
+/// allocation of its length). Found by review.
+#[tokio::test]
+async fn terabyte_sparse_index_and_boot_mark_files_are_damage_not_an_abort() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let opts = Options {
+        index_interval_bytes: 300,
+        ..tiny_segments(tmp.path(), 1024)
+    };
+    // One at a time, each in a directory written in place (the boot mark names it): a
+    // distrusted boot mark has open scan the active segment, not read its index.
+    type Pick = fn(&Path) -> bool;
+    let picks: [(&str, Pick); 2] = [
+        ("indexes", |p| p.extension().is_some_and(|e| e == "idx")),
+        ("boot mark", |p| p.ends_with("boot.mark")),
+    ];
+    for (label, pick) in picks {
+        let dir = tmp.path().join(label.replace(' ', "-"));
+        prepared(&dir, &opts, 40).await;
+        let _ = std::fs::remove_file(topic_dir(&dir, "t").join("sealed.sum"));
+        let mut grown = 0;
+        for entry in std::fs::read_dir(topic_dir(&dir, "t")).expect("dir") {
+            let p = entry.expect("entry").path();
+            if pick(&p) {
+                set_len(&p, 1 << 40);
+                grown += 1;
+            }
+        }
+        assert!(grown > 0, "{label}");
+        let o = Options {
+            data_source: dir.clone(),
+            ..opts.clone()
+        };
+        let mq = open(&o);
+        assert_prefix_read_from_everywhere(&mq, 40, label).await;
+        mq.close().await.expect("close");
+        assert_recovers_to(&dir, &opts, 40, label).await;
+    }
+}
+
 fn index_path(dir: &Path, base: u64) -> PathBuf {
     topic_dir(dir, "t").join(format!("{base:020}.idx"))
 }

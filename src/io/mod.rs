@@ -180,7 +180,13 @@ impl Fs {
         if self.is_dir(&note).is_none() {
             return Ok(());
         }
-        let text = self.open(&note)?.read_all()?;
+        // A name per line, and only names of this directory's files.
+        let text = self
+            .open(&note)?
+            .read_all(UNSYNCED_MAX_BYTES)?
+            .ok_or_else(|| {
+                Error::corrupt(&note, format!("longer than {UNSYNCED_MAX_BYTES} bytes"))
+            })?;
         // Lossy: a damaged line must not hide the others.
         let text = String::from_utf8_lossy(&text);
         let mut names: Vec<&str> = text
@@ -220,6 +226,9 @@ impl Fs {
 /// In a directory: the names of its files whose sync failed, one per line, written by
 /// `DataFile::sync_data` and consumed by `Fs::rewrite_unsynced`.
 pub const UNSYNCED_FILE: &str = "unsynced";
+
+/// Far more than the note of any directory's files takes (see `Fs::rewrite_unsynced`).
+const UNSYNCED_MAX_BYTES: u64 = 16 << 20;
 
 /// What `Fs::rewrite_unsynced` reads and writes back at a time.
 const REWRITE_CHUNK: usize = 1 << 20;
@@ -317,13 +326,17 @@ impl DataFile {
             .ctx(|| format!("truncating {}", self.path.display()))
     }
 
-    pub fn read_all(&self) -> Result<Vec<u8>> {
+    /// The whole file, or `None` if it is longer than `max` bytes: its length is checked
+    /// first, so a damaged (or sparse) file cannot make us allocate whatever it claims.
+    pub fn read_all(&self, max: u64) -> Result<Option<Vec<u8>>> {
         let len = self.len()?;
-        let len = usize::try_from(len).map_err(|_| Error::corrupt(&self.path, "file too large"))?;
+        let Some(len) = usize::try_from(len).ok().filter(|_| len <= max) else {
+            return Ok(None);
+        };
         let mut buf = vec![0u8; len];
         let n = self.read_at(&mut buf, 0)?;
         buf.truncate(n);
-        Ok(buf)
+        Ok(Some(buf))
     }
 }
 
@@ -507,7 +520,11 @@ mod tests {
         sim.fail_syncs_of(None);
         let note = dir.join(UNSYNCED_FILE);
         assert_eq!(
-            fs.open(&note).expect("noted").read_all().expect("read"),
+            fs.open(&note)
+                .expect("noted")
+                .read_all(u64::MAX)
+                .expect("read")
+                .expect("all"),
             b"a\n"
         );
         // Hostile lines next to the real one.

@@ -219,9 +219,8 @@ impl Summaries {
         };
         // Far more than any log's segments: a damaged length is not allocated.
         const MAX_BYTES: u64 = (SUMMARY_LEN as u64) << 20;
-        let bytes = match f.len() {
-            Ok(len) if len <= MAX_BYTES => f.read_all().unwrap_or_default(),
-            _ => return out,
+        let Ok(Some(bytes)) = f.read_all(MAX_BYTES) else {
+            return out;
         };
         for c in bytes.chunks_exact(SUMMARY_LEN).filter_map(Cached::decode) {
             out.insert(c.summary.base, c);
@@ -300,6 +299,11 @@ pub struct TopicLog {
     /// them (and makes them visible to readers), as does the next `append`, `sync` or
     /// `quiesce`. Always on the active segment: a roll writes them first.
     held: Option<Pending>,
+    /// The newest timestamp given to a record (held ones too). A new segment's records are
+    /// stamped no older, so timestamps never go back across the log: not when the clock
+    /// steps back, nor when two publishers read the clock in one order and take the
+    /// writer's lock in the other (`offset_for_time` and `Delivery::timestamp` rely on it).
+    newest_ts: u64,
     poison: Poison,
     /// Background sealings (`seal_in_background`) by segment base, oldest first: only of
     /// the `MAX_SEALING` segments before the active one, the only ones that can be unsynced.
@@ -391,8 +395,8 @@ impl TopicLog {
         let mark = fs.boot_mark(dir);
         let same_boot = mark.as_ref().is_some_and(|m| {
             fs.open(&dir.join(BOOT_MARK_FILE))
-                .and_then(|f| f.read_all())
-                .is_ok_and(|b| b == m.as_bytes())
+                .and_then(|f| f.read_all(m.len() as u64))
+                .is_ok_and(|b| b.as_deref() == Some(m.as_bytes()))
         });
         // A segment whose successor says it was still being synced when the successor was
         // created (`seal_in_background`; at most `MAX_SEALING` before the active one) may
@@ -596,6 +600,12 @@ impl TopicLog {
         if lacking || cache_removed || cached.len() > sealed.len() + SUMMARIES_STALE_MAX {
             summaries.rewrite(fs, &sealed);
         }
+        // Timestamps are monotonic across the log: the last segment with records has it.
+        let newest_ts = segments
+            .iter()
+            .rev()
+            .find(|s| !s.is_empty())
+            .map_or(0, |s| s.summary().last_ts);
         let mut log = TopicLog {
             fs: fs.clone(),
             dir: dir.to_owned(),
@@ -622,6 +632,7 @@ impl TopicLog {
             index_buf: Vec::new(),
             entries: Vec::new(),
             held: None,
+            newest_ts,
             poison,
             sealing: std::collections::VecDeque::new(),
             spare: None,
@@ -779,7 +790,11 @@ impl TopicLog {
         }
         let mut pending = match self.held.take() {
             Some(p) => p,
-            None => Pending::start(&self.active, std::mem::take(&mut self.entries)),
+            None => Pending::start(
+                &self.active,
+                std::mem::take(&mut self.entries),
+                self.newest_ts,
+            ),
         };
         let first = pending.next;
         for m in msgs {
@@ -789,7 +804,9 @@ impl TopicLog {
             if pending.next > self.active.base && pending.end + frame > self.cfg.segment_bytes {
                 self.flush(&mut pending)?;
                 self.roll(now_ms)?;
-                pending = Pending::start(&self.active, std::mem::take(&mut pending.entries));
+                let newest = pending.last_ts;
+                pending =
+                    Pending::start(&self.active, std::mem::take(&mut pending.entries), newest);
             }
             let ts = now_ms.max(pending.last_ts);
             let position = pending.end;
@@ -816,6 +833,7 @@ impl TopicLog {
                 pending.ids += 1;
             }
         }
+        self.newest_ts = pending.last_ts;
         if hold && self.buf.len() < HOLD_MAX_BYTES {
             self.held = Some(pending);
         } else {
@@ -1281,15 +1299,17 @@ struct Pending {
 }
 
 impl Pending {
-    /// `entries`: an empty list to fill (its capacity is reused).
-    fn start(seg: &Segment, entries: Vec<IndexEntry>) -> Pending {
+    /// `entries`: an empty list to fill (its capacity is reused). `newest_ts`: the log's
+    /// newest timestamp (`TopicLog::newest_ts`), the floor of the records' stamps; it is
+    /// not the segment's `last_ts` until a record of it is written.
+    fn start(seg: &Segment, entries: Vec<IndexEntry>, newest_ts: u64) -> Pending {
         debug_assert!(entries.is_empty());
         let s = seg.summary();
         Pending {
             end: s.bytes,
             next: s.next,
             first_ts: s.first_ts,
-            last_ts: s.last_ts,
+            last_ts: s.last_ts.max(newest_ts),
             ids: s.id_count,
             entries,
         }
@@ -1435,9 +1455,16 @@ impl LogReader {
     /// `offset_for_time` in a snapshot of the segments; `None` if one of them was deleted
     /// by retention since (look again in what is left).
     fn offset_for_time_in(&self, segs: &[Arc<Segment>], ts_ms: u64) -> Result<Option<u64>> {
-        // Timestamps are monotonic across the log: binary search the segments.
-        let i = segs.partition_point(|s| s.is_empty() || s.summary().last_ts < ts_ms);
-        for seg in &segs[i.min(segs.len())..] {
+        // The first segment with a record at or after `ts_ms` holds the first such record
+        // (within a segment timestamps never go back). A scan of the summaries in memory,
+        // not a binary search: an empty segment (the active one after a roll) breaks the
+        // order one needs, and so did a log written before `newest_ts` (whose timestamps
+        // could go back at a roll).
+        let i = segs
+            .iter()
+            .position(|s| !s.is_empty() && s.summary().last_ts >= ts_ms)
+            .unwrap_or(segs.len());
+        for seg in &segs[i..] {
             let found = seg.offset_for_time(ts_ms, self.cfg.index_interval_bytes);
             self.sweep();
             match found {
@@ -1820,7 +1847,11 @@ mod tests {
         p0[at..at + forged.len()].copy_from_slice(&forged);
         let mut log = TopicLog::open(fs, dir, cfg, 0).expect("open");
         assert_eq!(append_one(&mut log, &p0), 0);
-        let old = log.active().with_file(|f| f.read_all()).expect("read");
+        let old = log
+            .active()
+            .with_file(|f| f.read_all(u64::MAX))
+            .expect("read")
+            .expect("all");
         let pf = old
             .windows(forged.len())
             .position(|w| w == &forged[..])

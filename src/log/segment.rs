@@ -623,8 +623,9 @@ impl Segment {
             LOADS.fetch_add(1, Ordering::Relaxed);
             return Ok(());
         }
+        // Too long to be its index: damaged, rebuilt below like any damaged index.
         let raw = match self.fs.open(&self.index_path) {
-            Ok(f) => f.read_all()?,
+            Ok(f) => f.read_all(index_bytes_max(self.end()))?.unwrap_or_default(),
             Err(_) => Vec::new(),
         };
         let entries = match fmt::decode_sealed_index(&raw) {
@@ -1107,7 +1108,7 @@ impl<'a> Probe<'a> {
     /// up: the longest prefix that is monotonic, inside the file, and whose last entry really
     /// points at its record (the index is never synced, so its tail may be junk).
     fn read_index(&self) -> Result<FromIndex> {
-        let mut entries = load_index_entries(self.fs, self.index_path)?;
+        let mut entries = load_index_entries(self.fs, self.index_path, self.len)?;
         let mut keep = 0;
         let mut prev: Option<&IndexEntry> = None;
         for e in &entries {
@@ -1310,11 +1311,21 @@ fn footer_agrees(
             .is_some_and(|e| e.timestamp_ms == last.timestamp_ms))
 }
 
-fn load_index_entries(fs: &Fs, index_path: &Path) -> Result<Vec<IndexEntry>> {
+/// The most bytes the index of a segment file of `data_len` bytes can take: an entry
+/// (32 bytes) per record (at least 29 bytes) at most, and a footer.
+fn index_bytes_max(data_len: u64) -> u64 {
+    data_len.saturating_mul(2).saturating_add(FOOTER_LEN as u64)
+}
+
+/// The entries of the index of a segment file of `data_len` bytes (none if it is too long
+/// to be one: damaged; the records after the last entry are scanned anyway).
+fn load_index_entries(fs: &Fs, index_path: &Path, data_len: u64) -> Result<Vec<IndexEntry>> {
     let Ok(f) = fs.open(index_path) else {
         return Ok(Vec::new());
     };
-    let raw = f.read_all()?;
+    let Some(raw) = f.read_all(index_bytes_max(data_len))? else {
+        return Ok(Vec::new());
+    };
     if let Some((entries, _)) = fmt::decode_sealed_index(&raw) {
         // Sealed just before the next segment was created: reopen it as active.
         return Ok(entries);

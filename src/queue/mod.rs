@@ -449,6 +449,16 @@ impl Engine {
             _lock: dir_lock,
         };
         let mut names: Vec<String> = engine.catalog.topics()?.into_keys().collect();
+        // Each becomes a directory's name: a damaged catalog must not name one elsewhere.
+        if let Some((name, why)) = names
+            .iter()
+            .find_map(|n| names::check(n).err().map(|e| (n, e)))
+        {
+            return Err(Error::corrupt(
+                dir.join("catalog.redb"),
+                format!("it names a topic {name:?}: {why}"),
+            ));
+        }
         for name in engine.fs.list_dir(&dir.join("topics"))? {
             // Only directories are topics: a stray file (`.DS_Store`, a note) is not ours.
             if names::check(&name).is_ok()
@@ -1161,7 +1171,7 @@ impl Engine {
             if due {
                 let now_ms = record::system_time_ms(std::time::SystemTime::now());
                 // Kept in the list until it is dead-lettered: a failure is tried again.
-                self.dead_letter(t, group, g, o, &dlq, now_ms)?;
+                self.dead_letter(t, group, g, o, None, &dlq, now_ms)?;
             }
             g.charged_out.pop();
         }
@@ -1294,8 +1304,7 @@ impl Engine {
         };
         let dlq = self.dead_letter_topic(topic);
         if let Some(dlq) = dlq.filter(|_| attempts >= self.opts.max_delivery_attempts) {
-            g.attempts.insert(offset, rec);
-            let copied = match self.dead_letter(t, group, g, offset, &dlq, now_ms) {
+            let copied = match self.dead_letter(t, group, g, offset, Some(rec), &dlq, now_ms) {
                 Ok(copied) => copied,
                 Err(e) => {
                     if offset >= g.cursor && !g.done_above.contains(&offset) {
@@ -1344,17 +1353,24 @@ impl Engine {
     /// the record, so it is finished as skipped, without a copy. (A retry after an I/O
     /// error cannot add a second copy: a failed copy poisons the dead-letter topic and a
     /// failed commit makes redb refuse every later one, until a reopen finishes the intent.)
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the group's state under its lock, and what a nack adds"
+    )]
     fn dead_letter(
         &self,
         t: &Topic,
         group: &str,
         g: &mut Group,
         offset: u64,
+        counted: Option<AttemptRecord>,
         dlq: &str,
         now_ms: u64,
     ) -> Result<bool> {
         let topic = t.name.as_str();
-        let a = g.attempts.get(&offset).cloned().unwrap_or_default();
+        // `counted`: the attempt a nack counts, counted in memory only once the intent that
+        // carries it is durable (a failure before leaves the count as a reopen finds it).
+        let a = counted.unwrap_or_else(|| g.attempts.get(&offset).cloned().unwrap_or_default());
         let dlq_t = self.topic_or_create(dlq, now_ms)?;
         let intent = DeadLetterIntent {
             epoch: g.epoch,
@@ -1367,6 +1383,7 @@ impl Engine {
             Op::PutAttempt(topic.to_owned(), group.to_owned(), offset, a.clone()),
             Op::PutIntent(topic.to_owned(), group.to_owned(), offset, intent),
         ])?;
+        g.attempts.insert(offset, a.clone());
         crate::fault::hit("dead_letter.after_intent");
         let copied = self
             .append_dead_letter_copy(t, group, offset, a.attempts, &a.last_reason, now_ms, dlq)?
@@ -1499,6 +1516,14 @@ impl Engine {
             let Some(dlq) = self.dead_letter_topic(&t.name) else {
                 continue;
             };
+            if let Err(e) = names::check(&dlq) {
+                // A topic whose dead-letter name is too long (dead-lettering turned on, or
+                // the suffix changed, since): as a nack does while running, its records stay
+                // (an ack still finishes them), and the rest of the directory opens.
+                tracing::warn!(topic = %t.name, error = %e,
+                    "records at the delivery limit cannot be dead-lettered; they stay in their groups");
+                continue;
+            }
             for (name, g) in t.groups_snapshot() {
                 let mut g = g.lock();
                 let due: Vec<u64> = g
@@ -1508,7 +1533,7 @@ impl Engine {
                     .map(|(o, _)| *o)
                     .collect();
                 for o in due {
-                    self.dead_letter(&t, &name, &mut g, o, &dlq, now_ms)?;
+                    self.dead_letter(&t, &name, &mut g, o, None, &dlq, now_ms)?;
                 }
             }
         }
@@ -1523,7 +1548,7 @@ impl Engine {
         let target = match to {
             OffsetReset::Earliest => earliest,
             OffsetReset::Latest => next,
-            OffsetReset::Time(ts) => t.reader.offset_for_time(record::system_time_ms(ts))?,
+            OffsetReset::Time(ts) => t.reader.offset_for_time(record::system_time_ms_up(ts))?,
             OffsetReset::Explicit(n) => n,
         }
         .clamp(earliest, next);
@@ -2036,5 +2061,193 @@ mod tests {
         assert_eq!(back.cursor, 3);
         assert_eq!(back.redeliver.iter().copied().collect::<Vec<_>>(), vec![3]);
         back.check();
+    }
+
+    /// An engine on the simulated file system whose rolls seal inline, with 1 KiB
+    /// segments (seven 100-byte records each), under `sync`.
+    fn small_segments(fs: &crate::io::sim::SimFs, sync: crate::SyncPolicy) -> Engine {
+        let mut o = Options::new("/data");
+        o.sync = sync;
+        o.segment_bytes = 1024;
+        Engine::open(Fs::new(Arc::new(fs.clone())), o, 1).expect("open")
+    }
+
+    const HOUR: crate::SyncPolicy =
+        crate::SyncPolicy::Interval(std::time::Duration::from_secs(3600));
+
+    /// Publishes a 100-byte record on `t` stamped `now_ms`; its offset and whether it is
+    /// held (`Sync=Always`: not written until the sync thread, here nobody, writes it).
+    fn publish_at(e: &Engine, now_ms: u64) -> (u64, bool) {
+        let body = [7u8; 100];
+        let h = Headers::new();
+        let p = e.publish("t", &[(&body[..], &h)], now_ms).expect("publish");
+        (p.offsets.first().expect("one"), p.held.is_some())
+    }
+
+    fn timestamps(e: &Engine) -> Vec<u64> {
+        let records = e.fetch("t", 0, usize::MAX).expect("fetch");
+        records.iter().map(|r| r.timestamp_ms).collect()
+    }
+
+    fn reset_to_time(e: &Engine, ms: u64) -> u64 {
+        let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
+        e.reset("t", "g", crate::OffsetReset::Time(t))
+            .expect("reset")
+    }
+
+    /// Two publishers read the clock (1001, then 1000) and take the writer's lock in the
+    /// other order, and the second one's record rolls: it is stamped 1001 too, and a
+    /// `Time(1001 ms)` reset finds the first segment (it went to the log end when a new
+    /// segment started its stamps from zero). Found by review.
+    #[test]
+    fn timestamps_never_go_back_at_a_roll() {
+        let fs = crate::io::sim::SimFs::new(23);
+        let e = small_segments(&fs, HOUR);
+        drop(e.register_consumer("t", "g", 1, 0).expect("group"));
+        for _ in 0..7 {
+            publish_at(&e, 1001);
+        }
+        publish_at(&e, 1000);
+        assert_eq!(e.topic_info("t").expect("info").segments, 2);
+        assert_eq!(timestamps(&e), [1001; 8]);
+        assert_eq!(reset_to_time(&e, 1001), 0);
+    }
+
+    /// The clock steps back an hour: records keep the newest stamp across rolls and a
+    /// reopen (whose active segment is empty: killed between a roll and the write of the
+    /// held record that rolled), and `Time` resets still find the first record at or
+    /// after the time.
+    #[test]
+    fn timestamps_never_go_back_when_the_clock_does() {
+        let fs = crate::io::sim::SimFs::new(24);
+        let hour = 3_600_000;
+        let before = 10 * hour;
+        let e = small_segments(&fs, crate::SyncPolicy::Always);
+        drop(e.register_consumer("t", "g", 1, 0).expect("group"));
+        let (_, held) = publish_at(&e, before);
+        assert!(held);
+        while e.topic_info("t").expect("info").segments < 3 {
+            let t = e.topic("t").expect("topic");
+            lock(&t.writer).log.write_held().expect("write");
+            publish_at(&e, before - hour);
+        }
+        // The record that rolled is held: the active segment is empty, now and after a kill.
+        let crashed = fs.process_crash_now();
+        drop(e);
+        let e = small_segments(&crashed, crate::SyncPolicy::Always);
+        assert_eq!(e.topic_info("t").expect("info").segments, 3);
+        let written = timestamps(&e).len();
+        assert!(written >= 8, "{written} records");
+        assert_eq!(reset_to_time(&e, before - hour / 2), 0);
+        assert_eq!(reset_to_time(&e, before), 0);
+        assert_eq!(
+            reset_to_time(&e, before + 1),
+            written as u64,
+            "none: the log end"
+        );
+        // After the reopen too: not older than the newest record before it.
+        publish_at(&e, before - 2 * hour);
+        e.sync_all().expect("sync");
+        assert_eq!(timestamps(&e), vec![before; written + 1]);
+    }
+
+    /// A `Time` reset while the active segment is empty to readers (its first record, which
+    /// rolled, still held for the sync thread): the search over the segments went to the
+    /// log end, past every record of the sealed one. Found by review.
+    #[test]
+    fn a_time_reset_looks_past_an_empty_active_segment() {
+        let fs = crate::io::sim::SimFs::new(26);
+        let e = small_segments(&fs, crate::SyncPolicy::Always);
+        drop(e.register_consumer("t", "g", 1, 0).expect("group"));
+        let t = e.topic("t").expect("topic");
+        while e.topic_info("t").expect("info").segments < 2 {
+            lock(&t.writer).log.write_held().expect("write");
+            publish_at(&e, 1000);
+        }
+        assert!(e.topic_info("t").expect("info").next > 1);
+        assert_eq!(reset_to_time(&e, 1), 0);
+        assert_eq!(reset_to_time(&e, 1000), 0);
+        lock(&t.writer).log.write_held().expect("write");
+        e.close().expect("close");
+    }
+
+    /// A `Time` reset with a sub-millisecond time: a record stamped 1000 ms is older than
+    /// 1000.5 ms. Found by review.
+    #[test]
+    fn a_time_reset_rounds_a_sub_millisecond_time_up() {
+        let fs = crate::io::sim::SimFs::new(25);
+        let e = small_segments(&fs, HOUR);
+        drop(e.register_consumer("t", "g", 1, 0).expect("group"));
+        publish_at(&e, 1000);
+        let t = std::time::UNIX_EPOCH + std::time::Duration::from_micros(1_000_500);
+        let at = e
+            .reset("t", "g", crate::OffsetReset::Time(t))
+            .expect("reset");
+        assert_eq!(at, 1, "the only record is older than the time: the log end");
+        let t = std::time::UNIX_EPOCH + std::time::Duration::from_micros(999_500);
+        let at = e
+            .reset("t", "g", crate::OffsetReset::Time(t))
+            .expect("reset");
+        assert_eq!(at, 0);
+    }
+
+    /// Dead-lettering was off (`Max Delivery Attempts=0`) for a 249-character topic, whose
+    /// dead-letter name would be too long; a record of it has had five nacks; the process
+    /// is killed and reopened with dead-lettering on. The unclean open's dead-lettering of
+    /// exhausted records failed the whole open, every time. Found by review.
+    #[test]
+    fn an_unclean_open_leaves_records_it_cannot_dead_letter_in_their_group() {
+        let fs = crate::io::sim::SimFs::new(27);
+        let long = "x".repeat(249);
+        let open = |fs: &crate::io::sim::SimFs, max: u32| {
+            let mut o = Options::new("/data");
+            o.sync = HOUR;
+            o.max_delivery_attempts = max;
+            Engine::open(Fs::new(Arc::new(fs.clone())), o, 1)
+        };
+        let e = open(&fs, 0).expect("open");
+        let body = [1u8; 8];
+        let h = Headers::new();
+        e.publish(&long, &[(&body[..], &h)], 1).expect("publish");
+        for n in 1..=5 {
+            let out = e.nack_cursor(&long, "g", 0, "bad", 1).expect("nack");
+            assert_eq!(out.delivery_attempt, n);
+        }
+        let crashed = fs.process_crash_now();
+        drop(e);
+        let e = open(&crashed, 5).expect("the unclean open");
+        let info = e.group_info(&long, "g").expect("info");
+        assert_eq!(info.cursor, 0, "the record stays");
+        assert_eq!(
+            info.pending.iter().map(|p| p.attempts).collect::<Vec<_>>(),
+            [5]
+        );
+        // An ack still finishes it.
+        e.ack_cursor(&long, "g", 0).expect("ack");
+        assert_eq!(e.group_info(&long, "g").expect("info").cursor, 1);
+    }
+
+    /// A topic name in the catalog becomes a directory's name: a damaged catalog naming
+    /// `../../outside` is refused, not followed out of the data directory. Found by review.
+    #[test]
+    fn open_refuses_a_catalog_topic_name_that_is_no_name() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let data = tmp.path().join("data");
+        let fs = Fs::real();
+        fs.create_dir_all(&data).expect("mkdir");
+        {
+            let c = Catalog::open(&fs, &data.join("catalog.redb")).expect("catalog");
+            let bad = Op::PutTopic("../../outside".into(), TopicRecord::default());
+            c.commit(&[bad]).expect("commit");
+        }
+        let mut o = Options::new(&data);
+        o.sync = HOUR;
+        let opened = Engine::open(fs, o, 1);
+        assert!(
+            matches!(&opened, Err(Error::Corrupt { detail, .. }) if detail.contains("../../outside")),
+            "{:?}",
+            opened.as_ref().map(|_| ())
+        );
+        assert!(!tmp.path().join("outside").exists());
     }
 }
