@@ -350,11 +350,28 @@ async fn a_torn_new_segment_is_discarded() {
 
 /// Options with 1 KiB segments and an index entry every 300 bytes, and a closed template
 /// directory under `tmp` holding 40 records (several sealed segments with indexes).
-async fn indexed_template(tmp: &Path) -> (Options, PathBuf) {
-    let opts = Options {
+/// Segments of 1 KiB with an index entry every 300 bytes.
+fn indexed(tmp: &Path) -> Options {
+    Options {
         index_interval_bytes: 300,
         ..tiny_segments(tmp, 1024)
+    }
+}
+
+/// `dir` opens with `opts` and reads `0..n` from everywhere, and recovers to them.
+async fn assert_reads_and_recovers(dir: &Path, opts: &Options, n: u64, ctx: &str) {
+    let o = Options {
+        data_source: dir.to_owned(),
+        ..opts.clone()
     };
+    let mq = open(&o);
+    assert_prefix_read_from_everywhere(&mq, n, ctx).await;
+    mq.close().await.expect("close");
+    assert_recovers_to(dir, opts, n, ctx).await;
+}
+
+async fn indexed_template(tmp: &Path) -> (Options, PathBuf) {
+    let opts = indexed(tmp);
     let template = tmp.join("template");
     prepared(&template, &opts, 40).await;
     (opts, template)
@@ -403,14 +420,7 @@ async fn missing_or_garbage_index_files_are_rebuilt() {
         let dir = tmp.path().join(label.replace(' ', "-"));
         copy_dir(&template, &dir);
         assert!(rewrite_indexes(&dir, damage) > 3, "{label}");
-        let o = Options {
-            data_source: dir.clone(),
-            ..opts.clone()
-        };
-        let mq = open(&o);
-        assert_prefix_read_from_everywhere(&mq, 40, label).await;
-        mq.close().await.expect("close");
-        assert_recovers_to(&dir, &opts, 40, label).await;
+        assert_reads_and_recovers(&dir, &opts, 40, label).await;
     }
 }
 
@@ -420,10 +430,7 @@ async fn missing_or_garbage_index_files_are_rebuilt() {
 #[tokio::test]
 async fn terabyte_sparse_index_and_boot_mark_files_are_damage_not_an_abort() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let opts = Options {
-        index_interval_bytes: 300,
-        ..tiny_segments(tmp.path(), 1024)
-    };
+    let opts = indexed(tmp.path());
     // One at a time, each in a directory written in place (the boot mark names it): a
     // distrusted boot mark has open scan the active segment, not read its index.
     type Pick = fn(&Path) -> bool;
@@ -444,14 +451,7 @@ async fn terabyte_sparse_index_and_boot_mark_files_are_damage_not_an_abort() {
             }
         }
         assert!(grown > 0, "{label}");
-        let o = Options {
-            data_source: dir.clone(),
-            ..opts.clone()
-        };
-        let mq = open(&o);
-        assert_prefix_read_from_everywhere(&mq, 40, label).await;
-        mq.close().await.expect("close");
-        assert_recovers_to(&dir, &opts, 40, label).await;
+        assert_reads_and_recovers(&dir, &opts, 40, label).await;
     }
 }
 
@@ -598,13 +598,7 @@ async fn sealed_indexes_from_before_the_summary_crc_open_and_are_checked_against
             })
         });
         assert!(n > 3, "{label}");
-        let mq = open(&Options {
-            data_source: dir.clone(),
-            ..opts.clone()
-        });
-        assert_prefix_read_from_everywhere(&mq, 40, label).await;
-        mq.close().await.expect("close");
-        assert_recovers_to(&dir, &opts, 40, label).await;
+        assert_reads_and_recovers(&dir, &opts, 40, label).await;
     }
 }
 
