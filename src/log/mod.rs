@@ -299,7 +299,8 @@ pub struct TopicLog {
     /// them (and makes them visible to readers), as does the next `append`, `sync` or
     /// `quiesce`. Always on the active segment: a roll writes them first.
     held: Option<Pending>,
-    /// The newest timestamp given to a record (held ones too). A new segment's records are
+    /// The newest timestamp of a written record (held ones are in `held`, whose `last_ts`
+    /// the next append goes on from). A new segment's records are
     /// stamped no older, so timestamps never go back across the log: not when the clock
     /// steps back, nor when two publishers read the clock in one order and take the
     /// writer's lock in the other (`offset_for_time` and `Delivery::timestamp` rely on it).
@@ -804,9 +805,8 @@ impl TopicLog {
             if pending.next > self.active.base && pending.end + frame > self.cfg.segment_bytes {
                 self.flush(&mut pending)?;
                 self.roll(now_ms)?;
-                let newest = pending.last_ts;
-                pending =
-                    Pending::start(&self.active, std::mem::take(&mut pending.entries), newest);
+                let entries = std::mem::take(&mut pending.entries);
+                pending = Pending::start(&self.active, entries, self.newest_ts);
             }
             let ts = now_ms.max(pending.last_ts);
             let position = pending.end;
@@ -833,7 +833,6 @@ impl TopicLog {
                 pending.ids += 1;
             }
         }
-        self.newest_ts = pending.last_ts;
         if hold && self.buf.len() < HOLD_MAX_BYTES {
             self.held = Some(pending);
         } else {
@@ -895,6 +894,10 @@ impl TopicLog {
         }
         self.active
             .publish_progress(p.end, p.next, p.first_ts, p.last_ts, p.ids, &p.entries);
+        // Here, where every record is written: a batch whose roll failed after its first
+        // part was written still sets the floor of what comes next.
+        debug_assert!(p.last_ts >= self.newest_ts);
+        self.newest_ts = p.last_ts;
         self.reader.bounds[1].store(p.next, Ordering::Release);
         p.entries.clear();
         if self.active.end() >= self.cfg.segment_bytes / 2 {
