@@ -788,17 +788,13 @@ impl Segment {
             let r = self.resume.lock().unwrap_or_else(|e| e.into_inner());
             (r.offset == from).then(|| (r.position, r.ahead.clone()))
         };
-        let (mut pos, mut expected, mut ahead, entry) = match resumed {
-            Some((position, ahead)) => (position, from, ahead, None),
+        let (mut pos, mut expected, mut ahead) = match resumed {
+            Some((position, ahead)) => (position, from, ahead),
             None => match self.entry_for_offset(from, interval)? {
-                Some(e) => (e.position, e.offset, Bytes::new(), Some(e)),
-                None => (SEGMENT_HEADER_LEN as u64, self.base, Bytes::new(), None),
+                Some(e) => (e.position, e.offset, Bytes::new()),
+                None => (SEGMENT_HEADER_LEN as u64, self.base, Bytes::new()),
             },
         };
-        // Started at this index entry and nothing decoded yet: a frame that does not hold
-        // up there may be the entry's fault (the index is a cache; open checks its order,
-        // its bounds and its last entry, not every entry against its record).
-        let mut from_entry = entry.filter(|e| e.position > SEGMENT_HEADER_LEN as u64);
         let mut bytes_out = 0usize;
         // `out` may already hold records of earlier segments: the limits count only ours.
         let limit = out.len().saturating_add(max_records);
@@ -825,20 +821,20 @@ impl Segment {
             want = READ_CHUNK_BYTES;
             let mut cut_off = false;
             let mut cur = 0usize;
-            let mut damage = None;
             while cur < chunk.len() && out.len() < limit && bytes_out < max_bytes {
                 match record::decode_at(&chunk, cur, self.max_body) {
                     Frame::Complete { record, len } => {
                         if record.offset != expected {
-                            damage = Some(format!(
-                                "record at byte {} has offset {} where {} was expected",
-                                pos + cur as u64,
-                                record.offset,
-                                expected
+                            return Err(Error::corrupt(
+                                &self.path,
+                                format!(
+                                    "record at byte {} has offset {} where {} was expected",
+                                    pos + cur as u64,
+                                    record.offset,
+                                    expected
+                                ),
                             ));
-                            break;
                         }
-                        from_entry = None;
                         expected += 1;
                         cur += len;
                         if record.offset >= from {
@@ -848,39 +844,22 @@ impl Segment {
                     }
                     Frame::Incomplete { needed } => {
                         if pos + (cur + needed) as u64 > end {
-                            damage = Some(format!(
-                                "record at byte {} runs past the end",
-                                pos + cur as u64
+                            return Err(Error::corrupt(
+                                &self.path,
+                                format!("record at byte {} runs past the end", pos + cur as u64),
                             ));
-                        } else {
-                            want = needed.max(READ_CHUNK_BYTES);
-                            cut_off = true;
                         }
+                        want = needed.max(READ_CHUNK_BYTES);
+                        cut_off = true;
                         break;
                     }
                     Frame::Corrupt(why) => {
-                        damage = Some(format!("record at byte {}: {why}", pos + cur as u64));
-                        break;
+                        return Err(Error::corrupt(
+                            &self.path,
+                            format!("record at byte {}: {why}", pos + cur as u64),
+                        ));
                     }
                 }
-            }
-            if let Some(why) = damage {
-                let Some(bad) = from_entry.take() else {
-                    return Err(Error::corrupt(&self.path, why));
-                };
-                // Read again from the segment's first record: damage in the data is
-                // found there too, and still fails the read. Without the entry from now
-                // on, and read whole before it is sealed, so that its sealed index is
-                // made from the records (`check_whole`), not from the damaged entries.
-                tracing::warn!(segment = %self.path.display(), reason = %why,
-                    "an index entry does not point at its record; reading from the segment's start");
-                write_lock(&self.index).retain(|e| *e != bad);
-                self.unchecked.store(true, Ordering::Release);
-                pos = SEGMENT_HEADER_LEN as u64;
-                expected = self.base;
-                ahead = Bytes::new();
-                want = READ_CHUNK_BYTES;
-                continue;
             }
             pos += cur as u64;
             if !cut_off && cur < chunk.len() {
