@@ -2072,6 +2072,7 @@ mod tests {
         Engine::open(Fs::new(Arc::new(fs.clone())), o, 1).expect("open")
     }
 
+    /// Syncs an hour apart: rolls seal inline, and no background sync runs in a test.
     const HOUR: crate::SyncPolicy =
         crate::SyncPolicy::Interval(std::time::Duration::from_secs(3600));
 
