@@ -601,12 +601,13 @@ impl TopicLog {
         if lacking || cache_removed || cached.len() > sealed.len() + SUMMARIES_STALE_MAX {
             summaries.rewrite(fs, &sealed);
         }
-        // Timestamps are monotonic across the log: the last segment with records has it.
+        // The largest, not the last segment's: a log written before `newest_ts` existed
+        // may have gone back at a roll.
         let newest_ts = segments
             .iter()
-            .rev()
-            .find(|s| !s.is_empty())
-            .map_or(0, |s| s.summary().last_ts);
+            .map(|s| s.summary().last_ts)
+            .max()
+            .unwrap_or(0);
         let mut log = TopicLog {
             fs: fs.clone(),
             dir: dir.to_owned(),
