@@ -14,7 +14,7 @@ use std::process::{Command, Stdio};
 use common_core::{
     copy_dir, fetch_all, open, payload, segment_files, tiny_segments, topic_dir, with_id,
 };
-use spool::{Error, Headers, Options, Spool};
+use spool::{Error, Headers, OffsetReset, Options, Spool};
 
 const PAYLOAD: usize = 100;
 /// Frame of a record with no headers and a `PAYLOAD`-byte payload.
@@ -1305,5 +1305,170 @@ async fn damage_in_a_sealed_segment_full_of_ids_does_not_block_open() {
         .await
         .expect("publish after open");
     assert_eq!(o, 40);
+    mq.close().await.expect("close");
+}
+
+/// Rewrites entry `k` (32 bytes: offset, position, timestamp, ids before) of the active
+/// segment's index file with `edit`, which sees the entries as they were.
+fn edit_active_entry(dir: &Path, k: usize, edit: impl Fn(&[[u64; 4]]) -> [u64; 4]) {
+    let idx = last_segment(dir).with_extension("idx");
+    let mut b = std::fs::read(&idx).expect("idx");
+    let entries: Vec<[u64; 4]> = b
+        .chunks_exact(32)
+        .map(|c| {
+            std::array::from_fn(|i| u64::from_le_bytes(c[i * 8..i * 8 + 8].try_into().expect("8")))
+        })
+        .collect();
+    assert!(
+        k > 0 && k + 1 < entries.len(),
+        "entry {k} of {}",
+        entries.len()
+    );
+    for (i, v) in edit(&entries).into_iter().enumerate() {
+        b[k * 32 + i * 8..k * 32 + i * 8 + 8].copy_from_slice(&v.to_le_bytes());
+    }
+    std::fs::write(&idx, b).expect("write idx");
+}
+
+/// A middle entry of the active segment's index that open's checks cannot catch (the
+/// entries stay in order and inside the file, and the last one points at its record) is
+/// never used as it is: reads go by the records, and the roll seals the entries the records
+/// give. Before, reads through it failed `Corrupt` naming the intact `.log`, and the roll
+/// sealed the wrong entry under a valid crc. Found by review (the index is never synced, so
+/// only damage from outside can do this).
+#[tokio::test]
+async fn a_wrong_middle_entry_of_the_active_index_is_never_trusted() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    // 63 records to a segment, an entry every third record: the 40 are all in the active one.
+    let opts = Options {
+        index_interval_bytes: 300,
+        ..tiny_segments(tmp.path(), 8192)
+    };
+    type Edit = fn(&[[u64; 4]]) -> [u64; 4];
+    let edits: [(&str, Edit); 3] = [
+        ("a byte on", |e| [e[5][0], e[5][1] + 1, e[5][2], e[5][3]]),
+        ("a record back", |e| {
+            [e[5][0], e[5][1] - FRAME, e[5][2], e[5][3]]
+        }),
+        ("the next offset", |e| {
+            [e[5][0] + 1, e[5][1], e[5][2], e[5][3]]
+        }),
+    ];
+    // Read through the entry first (the lookup finds it wrong), or sealed without a read.
+    for read_first in [true, false] {
+        for (label, edit) in edits {
+            let label = format!("{label}, read first: {read_first}");
+            // Written in place: the boot mark names the directory, so open reads the index
+            // (a copy would be scanned whole).
+            let dir = tmp
+                .path()
+                .join(format!("{}-{read_first}", label.replace(' ', "-")));
+            prepared(&dir, &opts, 40).await;
+            assert_eq!(segment_files(&dir, "t").len(), 1);
+            edit_active_entry(&dir, 5, edit);
+            let o = Options {
+                data_source: dir.clone(),
+                ..opts.clone()
+            };
+            let mq = open(&o);
+            if read_first {
+                assert_prefix_read_from_everywhere(&mq, 40, &label).await;
+            }
+            for i in 40..80 {
+                mq.publish("t", payload(i, PAYLOAD), &Headers::new())
+                    .await
+                    .expect("publish");
+            }
+            mq.close().await.expect("close");
+            assert!(segment_files(&dir, "t").len() > 1, "{label}: rolled");
+            // The first segment is sealed now: its index is trusted by its crc.
+            let mq = open(&o);
+            assert_prefix_read_from_everywhere(&mq, 80, &format!("{label}, sealed")).await;
+            mq.close().await.expect("close");
+        }
+    }
+}
+
+/// A middle entry of the active index that counts fewer message ids before it than there
+/// are (still in order) does not make open's de-duplication rebuild start after ids of its
+/// window. Found by review.
+#[tokio::test]
+async fn a_middle_entry_counting_too_few_ids_does_not_shrink_the_dedup_window() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let opts = Options {
+        index_interval_bytes: 300,
+        ..tiny_segments(tmp.path(), 1 << 20)
+    };
+    let mq = open(&opts);
+    for i in 0..40u64 {
+        mq.publish("t", payload(i, PAYLOAD), &with_id(&format!("id-{i}")))
+            .await
+            .expect("publish");
+    }
+    mq.close().await.expect("close");
+    // Every record has an id, so an entry's ids before it are its offset.
+    let k = 4;
+    let true_ids = std::cell::Cell::new(0);
+    edit_active_entry(tmp.path(), k, |e| {
+        true_ids.set(e[k][3]);
+        [e[k][0], e[k][1], e[k][2], e[k - 1][3]]
+    });
+    let before = true_ids.get();
+    assert!(before > 0 && before < 39);
+    // A window of one id more than the entry's records hold: the rebuild must start before it.
+    let window = (40 - before + 1) as usize;
+    let mq = open(&Options {
+        dedup_window: window,
+        ..opts.clone()
+    });
+    let oldest = before - 1;
+    assert_eq!(
+        mq.publish("t", payload(99, PAYLOAD), &with_id(&format!("id-{oldest}")))
+            .await
+            .expect("publish"),
+        oldest,
+        "the oldest id of the window is a duplicate"
+    );
+    assert_eq!(mq.topic_info("t").expect("info").next, 40);
+    mq.close().await.expect("close");
+}
+
+/// A middle entry of the active index stamped earlier than its record (still in order)
+/// does not make a `Time` reset start after records it should find. Found by review.
+#[tokio::test]
+async fn a_middle_entry_stamped_too_early_does_not_make_a_time_reset_skip_records() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let opts = Options {
+        index_interval_bytes: 300,
+        ..tiny_segments(tmp.path(), 1 << 20)
+    };
+    let mq = open(&opts);
+    // Every record in a millisecond of its own: an entry every third record.
+    for i in 0..40u64 {
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        mq.publish("t", payload(i, PAYLOAD), &Headers::new())
+            .await
+            .expect("publish");
+    }
+    let stamps: Vec<u64> = fetch_all(&mq, "t")
+        .await
+        .iter()
+        .map(|r| r.timestamp_ms())
+        .collect();
+    mq.close().await.expect("close");
+    assert!(stamps.windows(2).all(|w| w[0] < w[1]), "{stamps:?}");
+    // Entry 5 (record 15) stamped just after entry 4's record (12): before records 13, 14.
+    edit_active_entry(tmp.path(), 5, |e| {
+        assert_eq!((e[4][0], e[5][0]), (12, 15));
+        [e[5][0], e[5][1], e[4][2] + 1, e[5][3]]
+    });
+    let mq = open(&opts);
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(stamps[13]);
+    assert_eq!(
+        mq.reset_offset("t", "g", OffsetReset::Time(at))
+            .await
+            .expect("reset"),
+        13
+    );
     mq.close().await.expect("close");
 }

@@ -1488,24 +1488,44 @@ impl LogReader {
         s
     }
 
-    /// Visits, in log order, the records of `seg` from a point where at least `want_ids`
-    /// of its message-ids follow (or from its start).
-    pub fn visit_last_ids(
+    /// Appends to `ids`, in log order, the message ids of `seg`'s records (with their
+    /// offsets) from a point where at least `want_ids` of them follow (or from its start).
+    /// On an error, the ids read before it are there.
+    pub fn last_ids(
         &self,
         seg: &Segment,
         want_ids: u64,
-        f: impl FnMut(&Record),
+        ids: &mut Vec<(String, u64)>,
     ) -> Result<()> {
         let interval = self.cfg.index_interval_bytes;
         let total = seg.summary().id_count;
         let entries = seg.index(interval)?;
         // The latest entry with at least `want_ids` ids at or after it.
-        let from = entries
+        let start = entries
             .iter()
             .rev()
-            .find(|e| total.saturating_sub(e.ids_before) >= want_ids)
-            .map_or(seg.base, |e| e.offset);
-        let visited = seg.for_each_from(from, interval, f);
+            .find(|e| total.saturating_sub(e.ids_before) >= want_ids);
+        let had = ids.len();
+        let ids_from = |from: u64, ids: &mut Vec<(String, u64)>| {
+            seg.for_each_from(from, interval, |r| {
+                if let Some(id) = r.headers.get(MESSAGE_ID_HEADER) {
+                    ids.push((id.clone(), r.offset));
+                }
+            })
+        };
+        let mut visited = ids_from(start.map_or(seg.base, |e| e.offset), ids);
+        // An entry from an unsynced index (damaged from outside) may count too few ids
+        // before it, and the rebuild would start after ids of its window: it must be
+        // followed by as many as it says, or the whole segment is read.
+        if visited.is_ok()
+            && let Some(e) = start
+            && (ids.len() - had) as u64 != total - e.ids_before
+        {
+            tracing::warn!(segment = %seg.path.display(), offset = e.offset,
+                "index entry counts the message ids before it wrong; reading the whole segment");
+            ids.truncate(had);
+            visited = ids_from(seg.base, ids);
+        }
         self.sweep();
         visited
     }

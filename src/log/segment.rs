@@ -1,7 +1,7 @@
 //! One segment file and its sparse index: scanning, recovery of a torn tail, reads.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use bytes::{Bytes, BytesMut};
@@ -76,8 +76,14 @@ pub struct Segment {
     last_ts: AtomicU64,
     id_count: AtomicU64,
     sealed: AtomicBool,
-    /// Opened from its index's ends (`Known::Indexed`): not read whole yet (`check_whole`).
+    /// Opened from its index's ends (`Known::Indexed`), or holding entries read from its
+    /// index unchecked (`unverified`): not read whole yet (`check_whole`).
     unchecked: AtomicBool,
+    /// How many leading index entries came from the index file unchecked: open checks an
+    /// unsealed index's order and bounds and its last entry only, and the file is never
+    /// synced, so damage from outside may leave a middle entry pointing elsewhere. A lookup
+    /// checks such an entry against its record before it is used (`checked_entry`).
+    unverified: AtomicUsize,
     /// Its summary is a damaged segment's footer kept for want of better: never cached.
     doubtful: AtomicBool,
     /// Bytes known durable (everything below was covered by a completed sync).
@@ -458,6 +464,7 @@ impl Segment {
             poison,
         );
         *write_lock(&seg.index) = entries;
+        seg.set_unverified(r.unchanged);
         Ok(seg)
     }
 
@@ -490,6 +497,7 @@ impl Segment {
             id_count: AtomicU64::new(s.id_count),
             sealed: AtomicBool::new(sealed),
             unchecked: AtomicBool::new(false),
+            unverified: AtomicUsize::new(0),
             doubtful: AtomicBool::new(false),
             // What recovery found on disk may not be durable yet (an unsynced tail).
             synced: AtomicU64::new(if sealed {
@@ -567,18 +575,76 @@ impl Segment {
 
     /// The last index entry at or before `offset` (binary search).
     fn entry_for_offset(&self, offset: u64, interval: u64) -> Result<Option<IndexEntry>> {
-        self.ensure_index(interval)?;
-        let idx = read_lock(&self.index);
-        let i = idx.partition_point(|e| e.offset <= offset);
-        Ok(if i == 0 { None } else { Some(idx[i - 1]) })
+        self.checked_entry(interval, |e| e.offset <= offset)
     }
 
     /// The last index entry whose timestamp is before `ts_ms`.
     fn entry_before_time(&self, ts_ms: u64, interval: u64) -> Result<Option<IndexEntry>> {
+        self.checked_entry(interval, |e| e.timestamp_ms < ts_ms)
+    }
+
+    /// The last entry for which `before` holds (the index is sorted by it), checked against
+    /// its record if it came from the index file unchecked (`unverified`). One that points
+    /// elsewhere has the index rebuilt from the records (`reindex`) and is looked up again.
+    /// Only the entry a lookup ends on needs checking: the ones after it hold `before` false
+    /// whatever they are, so starting at a checked entry never starts past what is sought.
+    fn checked_entry(
+        &self,
+        interval: u64,
+        before: impl Fn(&IndexEntry) -> bool,
+    ) -> Result<Option<IndexEntry>> {
         self.ensure_index(interval)?;
-        let idx = read_lock(&self.index);
-        let i = idx.partition_point(|e| e.timestamp_ms < ts_ms);
-        Ok(if i == 0 { None } else { Some(idx[i - 1]) })
+        let last_before = |idx: &[IndexEntry]| {
+            let i = idx.partition_point(&before);
+            (i > 0).then(|| (i - 1, idx[i - 1]))
+        };
+        let Some((i, e)) = last_before(&read_lock(&self.index)) else {
+            return Ok(None);
+        };
+        if i >= self.unverified.load(Ordering::Acquire)
+            || self.with_file(|file| entry_points_at_record(file, &e, self.max_body))?
+        {
+            return Ok(Some(e));
+        }
+        self.reindex(interval, &e)?;
+        Ok(last_before(&read_lock(&self.index)).map(|(_, e)| e))
+    }
+
+    /// Rebuilds the index entries below the segment's end from its records, after `wrong`
+    /// (read from the index file) was found not to point at its record. If the records are
+    /// damaged too, nothing changes: the lookup fails `Corrupt`, as a read there would.
+    fn reindex(&self, interval: u64, wrong: &IndexEntry) -> Result<()> {
+        let end = self.end();
+        let scan =
+            self.with_file(|file| scan_all(file, self.base, end, interval, self.max_body))?;
+        if let Some(why) = scan.stop {
+            return Err(Error::corrupt(
+                &self.path,
+                format!(
+                    "index entry for offset {} at byte {} is wrong, and the records are \
+                     damaged at byte {}: {why}",
+                    wrong.offset, wrong.position, scan.end
+                ),
+            ));
+        }
+        tracing::warn!(segment = %self.path.display(), offset = wrong.offset,
+            position = wrong.position, "index entry does not point at its record; rebuilt the index");
+        let mut idx = write_lock(&self.index);
+        // The writer's entries after `end` (appended since) stay.
+        let later = idx.partition_point(|e| e.position < end);
+        idx.splice(..later, scan.entries);
+        self.unverified.store(0, Ordering::Release);
+        Ok(())
+    }
+
+    /// `n` leading entries came from the index file unchecked: each is checked before a
+    /// lookup uses it, and the segment is read whole before it is sealed (`check_whole`),
+    /// so a sealed index holds only entries its records gave.
+    fn set_unverified(&self, n: usize) {
+        self.unverified.store(n, Ordering::Release);
+        if n > 0 {
+            self.unchecked.store(true, Ordering::Release);
+        }
     }
 
     fn ensure_index(&self, interval: u64) -> Result<()> {
@@ -619,6 +685,7 @@ impl Segment {
                 ));
             }
             *guard = r.entries;
+            self.set_unverified(r.unchanged);
             self.index_loaded.store(true, Ordering::Release);
             LOADS.fetch_add(1, Ordering::Relaxed);
             return Ok(());
@@ -752,6 +819,7 @@ impl Segment {
         self.last_ts.store(s.last_ts, Ordering::Release);
         self.id_count.store(s.id_count, Ordering::Release);
         *write_lock(&self.index) = scan.entries;
+        self.unverified.store(0, Ordering::Release);
         self.index_loaded.store(true, Ordering::Release);
         Ok(())
     }

@@ -1716,11 +1716,7 @@ fn rebuild_dedup(reader: &LogReader, dedup: &mut Dedup, window: usize) -> Result
         }
         let want = (window - have) as u64;
         let mut ids = Vec::new();
-        let visited = reader.visit_last_ids(&seg, want, |r| {
-            if let Some(id) = r.headers.get(MESSAGE_ID_HEADER) {
-                ids.push((id.clone(), r.offset));
-            }
-        });
+        let visited = reader.last_ids(&seg, want, &mut ids);
         if let Err(e) = visited {
             // Anything but damage (out of descriptors, an I/O error) fails the open: a
             // rebuild that silently missed ids would let duplicates in.
