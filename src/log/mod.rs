@@ -1279,6 +1279,7 @@ fn seal_after(
 fn seal(fs: &Fs, seg: &Segment, interval: u64, summaries: &Summaries) -> Result<()> {
     seg.sync_after_resize()?;
     seg.check_whole(interval)?;
+    seg.verify_before_sealing(interval)?;
     // Not sealed if the topic was poisoned since the sync (while the segment was read
     // whole): a poisoned topic vouches for nothing more, and open checks an unsealed
     // segment record by record instead of trusting a sealed index.

@@ -76,8 +76,7 @@ pub struct Segment {
     last_ts: AtomicU64,
     id_count: AtomicU64,
     sealed: AtomicBool,
-    /// Opened from its index's ends (`Known::Indexed`), or holding entries read from its
-    /// index unchecked (`unverified`): not read whole yet (`check_whole`).
+    /// Opened from its index's ends (`Known::Indexed`): not read whole yet (`check_whole`).
     unchecked: AtomicBool,
     /// How many leading index entries came from the index file unchecked: open checks an
     /// unsealed index's order and bounds and its last entry only, and the file is never
@@ -598,12 +597,16 @@ impl Segment {
             let i = idx.partition_point(&before);
             (i > 0).then(|| (i - 1, idx[i - 1]))
         };
-        let Some((i, e)) = last_before(&read_lock(&self.index)) else {
-            return Ok(None);
+        let (e, checked) = {
+            let idx = read_lock(&self.index);
+            let Some((i, e)) = last_before(&idx) else {
+                return Ok(None);
+            };
+            // Under the same guard as the entry: a rebuild in between would have it say
+            // "checked" of an entry it took out.
+            (e, i >= self.unverified.load(Ordering::Acquire))
         };
-        if i >= self.unverified.load(Ordering::Acquire)
-            || self.with_file(|file| entry_points_at_record(file, &e, self.max_body))?
-        {
+        if checked || self.with_file(|file| entry_points_at_record(file, &e, self.max_body))? {
             return Ok(Some(e));
         }
         self.reindex(interval, &e)?;
@@ -638,13 +641,46 @@ impl Segment {
     }
 
     /// `n` leading entries came from the index file unchecked: each is checked before a
-    /// lookup uses it, and the segment is read whole before it is sealed (`check_whole`),
-    /// so a sealed index holds only entries its records gave.
+    /// lookup uses it, and the segment is read whole before it is sealed
+    /// (`verify_before_sealing`), so a sealed index holds only entries its records gave.
     fn set_unverified(&self, n: usize) {
         self.unverified.store(n, Ordering::Release);
-        if n > 0 {
-            self.unchecked.store(true, Ordering::Release);
+    }
+
+    /// Before the sealing of a segment holding index entries from the file unchecked
+    /// (`unverified`; none after `check_whole`): reads it whole and takes the entries and the
+    /// summary's `first_ts`/`id_count` from its records (the last loaded entry's
+    /// `ids_before` was not checked either). Damaged records are sealed as they are, with
+    /// the entries they have (reads there fail `Corrupt`, as in any damaged sealed
+    /// segment): cutting the log back to them would lose what was acknowledged since open.
+    pub(crate) fn verify_before_sealing(&self, interval: u64) -> Result<()> {
+        if self.unverified.load(Ordering::Acquire) == 0 {
+            return Ok(());
         }
+        let scan =
+            self.with_file(|file| scan_all(file, self.base, self.end(), interval, self.max_body))?;
+        if scan.stop.is_some() || scan.end != self.end() || scan.next != self.next() {
+            tracing::error!(segment = %self.path.display(), valid_bytes = scan.end,
+                "records damaged; sealing the segment as it is (reads there fail)");
+            return Ok(());
+        }
+        self.adopt(scan);
+        Ok(())
+    }
+
+    /// The records read whole have the last word: their entries and summary replace what
+    /// open took from the index file.
+    fn adopt(&self, scan: ScanResult) {
+        let s = scan.summary(self.base);
+        let mut idx = write_lock(&self.index);
+        self.first_ts.store(s.first_ts, Ordering::Release);
+        self.last_ts.store(s.last_ts, Ordering::Release);
+        self.id_count.store(s.id_count, Ordering::Release);
+        *idx = scan.entries;
+        // Under the index's guard: a first `ensure_index` waiting for it then finds the
+        // index loaded, and does not put the file's entries back.
+        self.unverified.store(0, Ordering::Release);
+        self.index_loaded.store(true, Ordering::Release);
     }
 
     fn ensure_index(&self, interval: u64) -> Result<()> {
@@ -797,7 +833,8 @@ impl Segment {
     /// snapshot rollback, a disk that dropped writes it had accepted), the log open exposed
     /// is not the one on disk (`distrust_boot_mark`).
     pub(crate) fn check_whole(&self, interval: u64) -> Result<()> {
-        if !self.unchecked.swap(false, Ordering::AcqRel) {
+        // Cleared only once checked: a read error (not damage) leaves it for the retry.
+        if !self.unchecked.load(Ordering::Acquire) {
             return Ok(());
         }
         let scan =
@@ -813,14 +850,9 @@ impl Segment {
             self.distrust_boot_mark(&why);
             return Err(Error::corrupt(&self.path, why));
         }
-        // The index's ends gave these; the records themselves have the last word.
-        let s = scan.summary(self.base);
-        self.first_ts.store(s.first_ts, Ordering::Release);
-        self.last_ts.store(s.last_ts, Ordering::Release);
-        self.id_count.store(s.id_count, Ordering::Release);
-        *write_lock(&self.index) = scan.entries;
-        self.unverified.store(0, Ordering::Release);
-        self.index_loaded.store(true, Ordering::Release);
+        // The index's ends gave these.
+        self.adopt(scan);
+        self.unchecked.store(false, Ordering::Release);
         Ok(())
     }
 
