@@ -83,6 +83,9 @@ pub struct Segment {
     /// synced, so damage from outside may leave a middle entry pointing elsewhere. A lookup
     /// checks such an entry against its record before it is used (`checked_entry`).
     unverified: AtomicUsize,
+    /// The summary's `id_count` and `first_ts` came from the index file unchecked (with
+    /// `unverified` entries; a `reindex` fixes only the entries): recounted by the sealing.
+    counts_unverified: AtomicBool,
     /// Its summary is a damaged segment's footer kept for want of better: never cached.
     doubtful: AtomicBool,
     /// Bytes known durable (everything below was covered by a completed sync).
@@ -497,6 +500,7 @@ impl Segment {
             sealed: AtomicBool::new(sealed),
             unchecked: AtomicBool::new(false),
             unverified: AtomicUsize::new(0),
+            counts_unverified: AtomicBool::new(false),
             doubtful: AtomicBool::new(false),
             // What recovery found on disk may not be durable yet (an unsynced tail).
             synced: AtomicU64::new(if sealed {
@@ -614,28 +618,43 @@ impl Segment {
     }
 
     /// Rebuilds the index entries below the segment's end from its records, after `wrong`
-    /// (read from the index file) was found not to point at its record. If the records are
-    /// damaged too, nothing changes: the lookup fails `Corrupt`, as a read there would.
+    /// (read from the index file) was found not to point at its record.
     fn reindex(&self, interval: u64, wrong: &IndexEntry) -> Result<()> {
+        tracing::warn!(segment = %self.path.display(), offset = wrong.offset,
+            position = wrong.position, "index entry does not point at its record; rebuilding the index");
         let end = self.end();
         let scan =
             self.with_file(|file| scan_all(file, self.base, end, interval, self.max_body))?;
+        self.take_entries(scan, end)
+    }
+
+    /// Replaces the index entries below `end` with those of `scan` (the records from the
+    /// header to `end`). After records the scan found damaged (it stopped before `end`),
+    /// an entry from the file is kept only if it points at its record: reads of records
+    /// after the damage go on from those, and a wrong one is never used again (nor sealed).
+    fn take_entries(&self, scan: ScanResult, end: u64) -> Result<()> {
         if let Some(why) = scan.stop {
-            return Err(Error::corrupt(
-                &self.path,
-                format!(
-                    "index entry for offset {} at byte {} is wrong, and the records are \
-                     damaged at byte {}: {why}",
-                    wrong.offset, wrong.position, scan.end
-                ),
-            ));
+            tracing::error!(segment = %self.path.display(), valid_bytes = scan.end, reason = why,
+                "records damaged; reads through them fail, index entries after them are checked one by one");
         }
-        tracing::warn!(segment = %self.path.display(), offset = wrong.offset,
-            position = wrong.position, "index entry does not point at its record; rebuilt the index");
+        let (old, unverified) = {
+            let idx = read_lock(&self.index);
+            (idx.clone(), self.unverified.load(Ordering::Acquire))
+        };
+        let mut after_damage = Vec::new();
+        for (i, e) in old.iter().enumerate() {
+            if e.position >= scan.end
+                && e.position < end
+                && (i >= unverified
+                    || self.with_file(|file| entry_points_at_record(file, e, self.max_body))?)
+            {
+                after_damage.push(*e);
+            }
+        }
         let mut idx = write_lock(&self.index);
-        // The writer's entries after `end` (appended since) stay.
+        // The writer's entries from `end` on (appended since) stay.
         let later = idx.partition_point(|e| e.position < end);
-        idx.splice(..later, scan.entries);
+        idx.splice(..later, scan.entries.into_iter().chain(after_damage));
         self.unverified.store(0, Ordering::Release);
         Ok(())
     }
@@ -645,27 +664,31 @@ impl Segment {
     /// (`verify_before_sealing`), so a sealed index holds only entries its records gave.
     fn set_unverified(&self, n: usize) {
         self.unverified.store(n, Ordering::Release);
+        if n > 0 {
+            self.counts_unverified.store(true, Ordering::Release);
+        }
     }
 
-    /// Before the sealing of a segment holding index entries from the file unchecked
-    /// (`unverified`; none after `check_whole`): reads it whole and takes the entries and the
-    /// summary's `first_ts`/`id_count` from its records (the last loaded entry's
-    /// `ids_before` was not checked either). Damaged records are sealed as they are, with
-    /// the entries they have (reads there fail `Corrupt`, as in any damaged sealed
-    /// segment): cutting the log back to them would lose what was acknowledged since open.
+    /// Before the sealing of a segment open took index entries of from the file unchecked
+    /// (`counts_unverified`; not after `check_whole`): reads it whole and takes the entries
+    /// and the summary's `first_ts`/`id_count` from its records (the last loaded entry's
+    /// `ids_before` was not checked either, and a `reindex` since fixed only the entries).
+    /// Damaged records are sealed as they are (reads there fail `Corrupt`, as in any
+    /// damaged sealed segment; cutting the log back to them would lose what was
+    /// acknowledged since open), with only entries that point at their records.
     pub(crate) fn verify_before_sealing(&self, interval: u64) -> Result<()> {
-        if self.unverified.load(Ordering::Acquire) == 0 {
+        if !self.counts_unverified.load(Ordering::Acquire) {
             return Ok(());
         }
+        let end = self.end();
         let scan =
-            self.with_file(|file| scan_all(file, self.base, self.end(), interval, self.max_body))?;
-        if scan.stop.is_some() || scan.end != self.end() || scan.next != self.next() {
-            tracing::error!(segment = %self.path.display(), valid_bytes = scan.end,
-                "records damaged; sealing the segment as it is (reads there fail)");
-            return Ok(());
+            self.with_file(|file| scan_all(file, self.base, end, interval, self.max_body))?;
+        if scan.stop.is_none() && scan.end == end && scan.next == self.next() {
+            self.adopt(scan);
+            Ok(())
+        } else {
+            self.take_entries(scan, end)
         }
-        self.adopt(scan);
-        Ok(())
     }
 
     /// The records read whole have the last word: their entries and summary replace what
@@ -680,6 +703,7 @@ impl Segment {
         // Under the index's guard: a first `ensure_index` waiting for it then finds the
         // index loaded, and does not put the file's entries back.
         self.unverified.store(0, Ordering::Release);
+        self.counts_unverified.store(false, Ordering::Release);
         self.index_loaded.store(true, Ordering::Release);
     }
 
