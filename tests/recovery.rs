@@ -1709,3 +1709,48 @@ async fn damaged_records_do_not_keep_a_wrong_entry_after_them_or_before() {
     assert_eq!(got[0].offset(), after);
     mq.close().await.expect("close");
 }
+
+/// Damaged records early in the active segment, and an entry after them counting too few
+/// ids before it: the de-duplication rebuild's whole read (taken because the count is
+/// wrong) fails at the damage, and the ids read after the entry are kept, not dropped.
+/// Found by review.
+#[tokio::test]
+async fn a_dedup_rebuild_that_cannot_read_the_whole_segment_keeps_what_it_read() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let opts = Options {
+        index_interval_bytes: 300,
+        ..tiny_segments(tmp.path(), 1 << 20)
+    };
+    let mq = open(&opts);
+    for i in 0..40u64 {
+        mq.publish("t", payload(i, PAYLOAD), &with_id(&format!("id-{i}")))
+            .await
+            .expect("publish");
+    }
+    mq.close().await.expect("close");
+    let k = 4;
+    let before = std::cell::Cell::new(0);
+    edit_active_entry(tmp.path(), k, |e| {
+        before.set(e[k][3]);
+        [e[k][0], e[k][1], e[k][2], e[k - 1][3]]
+    });
+    let before = before.get();
+    // Record 0 damaged (inside its frame, which starts after the 32-byte header).
+    flip_byte(&last_segment(tmp.path()), 32 + 30);
+    let mq = open(&Options {
+        dedup_window: (40 - before + 1) as usize,
+        ..opts.clone()
+    });
+    assert_eq!(
+        mq.publish(
+            "t",
+            payload(99, PAYLOAD),
+            &with_id(&format!("id-{}", before + 1))
+        )
+        .await
+        .expect("publish"),
+        before + 1,
+        "an id read after the entry is a duplicate"
+    );
+    mq.close().await.expect("close");
+}

@@ -1520,12 +1520,18 @@ impl LogReader {
         // followed by as many as it says, or the whole segment is read.
         if visited.is_ok()
             && let Some(e) = start
-            && (ids.len() - had) as u64 != total - e.ids_before
+            && (ids.len() - had) as u64 != total.saturating_sub(e.ids_before)
         {
             tracing::warn!(segment = %seg.path.display(), offset = e.offset,
                 "index entry counts the message ids before it wrong; reading the whole segment");
-            ids.truncate(had);
+            let first_pass = ids.split_off(had);
             visited = ids_from(seg.base, ids);
+            if visited.is_err() {
+                // Damaged records before the entry: what the first pass read after them is
+                // all there is to have.
+                ids.truncate(had);
+                ids.extend(first_pass);
+            }
         }
         self.sweep();
         visited

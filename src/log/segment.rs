@@ -641,6 +641,9 @@ impl Segment {
             let idx = read_lock(&self.index);
             (idx.clone(), self.unverified.load(Ordering::Acquire))
         };
+        if unverified == 0 {
+            return Ok(());
+        }
         let mut after_damage = Vec::new();
         for (i, e) in old.iter().enumerate() {
             if e.position >= scan.end
@@ -652,6 +655,11 @@ impl Segment {
             }
         }
         let mut idx = write_lock(&self.index);
+        if self.unverified.load(Ordering::Acquire) == 0 {
+            // Another rebuild or the sealing was first (then the index may even have been
+            // unloaded and read again from the sealed file since `old`).
+            return Ok(());
+        }
         // The writer's entries from `end` on (appended since) stay.
         let later = idx.partition_point(|e| e.position < end);
         idx.splice(..later, scan.entries.into_iter().chain(after_damage));
@@ -685,10 +693,14 @@ impl Segment {
             self.with_file(|file| scan_all(file, self.base, end, interval, self.max_body))?;
         if scan.stop.is_none() && scan.end == end && scan.next == self.next() {
             self.adopt(scan);
-            Ok(())
-        } else {
-            self.take_entries(scan, end)
+            return Ok(());
         }
+        // The first record's stamp, if it is whole; the id count cannot be had past the
+        // damage, and stays open's (ARCHITECTURE: known limit).
+        if let Some(first) = scan.entries.first() {
+            self.first_ts.store(first.timestamp_ms, Ordering::Release);
+        }
+        self.take_entries(scan, end)
     }
 
     /// The records read whole have the last word: their entries and summary replace what
