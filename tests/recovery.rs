@@ -1394,6 +1394,28 @@ async fn a_wrong_middle_entry_of_the_active_index_is_never_trusted() {
     }
 }
 
+/// `dir` holds 40 records with ids `id-0..` in the active segment, whose index entry 4
+/// counts as many ids before it as entry 3 does (still in order); returns its true count.
+/// Every record has an id, so an entry's ids before it are its offset.
+async fn ids_counted_short(dir: &Path, opts: &Options) -> u64 {
+    let mq = open(opts);
+    for i in 0..40u64 {
+        mq.publish("t", payload(i, PAYLOAD), &with_id(&format!("id-{i}")))
+            .await
+            .expect("publish");
+    }
+    mq.close().await.expect("close");
+    let k = 4;
+    let true_ids = std::cell::Cell::new(0);
+    edit_active_entry(dir, k, |e| {
+        true_ids.set(e[k][3]);
+        [e[k][0], e[k][1], e[k][2], e[k - 1][3]]
+    });
+    let before = true_ids.get();
+    assert!(before > 0 && before < 39);
+    before
+}
+
 /// A middle entry of the active index that counts fewer message ids before it than there
 /// are (still in order) does not make open's de-duplication rebuild start after ids of its
 /// window. Found by review.
@@ -1404,22 +1426,7 @@ async fn a_middle_entry_counting_too_few_ids_does_not_shrink_the_dedup_window() 
         index_interval_bytes: 300,
         ..tiny_segments(tmp.path(), 1 << 20)
     };
-    let mq = open(&opts);
-    for i in 0..40u64 {
-        mq.publish("t", payload(i, PAYLOAD), &with_id(&format!("id-{i}")))
-            .await
-            .expect("publish");
-    }
-    mq.close().await.expect("close");
-    // Every record has an id, so an entry's ids before it are its offset.
-    let k = 4;
-    let true_ids = std::cell::Cell::new(0);
-    edit_active_entry(tmp.path(), k, |e| {
-        true_ids.set(e[k][3]);
-        [e[k][0], e[k][1], e[k][2], e[k - 1][3]]
-    });
-    let before = true_ids.get();
-    assert!(before > 0 && before < 39);
+    let before = ids_counted_short(tmp.path(), &opts).await;
     // A window of one id more than the entry's records hold: the rebuild must start before it.
     let window = (40 - before + 1) as usize;
     let mq = open(&Options {
@@ -1528,112 +1535,72 @@ async fn damage_behind_the_active_index_is_sealed_as_it_is_not_cut_back_to() {
 
 /// The active index's entries counting no message ids before them (still in order, each
 /// at its record): the segment's sealing counts its ids from the records, so after the
-/// roll its ids de-duplicate again. (Before the roll, open's count comes from the last
-/// entry, which it cannot check: ARCHITECTURE's known limit.) Found by review.
+/// roll its ids de-duplicate again (before it, open's count comes from the last entry,
+/// which it cannot check: ARCHITECTURE's known limit). Also with a wrong middle entry that
+/// a read lands on before the roll: the index rebuild fixes the entries, not the count,
+/// which the sealing still takes from the records (before, the rebuild had the sealing
+/// skip its count and seal open's, 0, under a crc). Found by review.
 #[tokio::test]
 async fn the_sealing_counts_the_ids_the_active_index_lost() {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let opts = Options {
-        index_interval_bytes: 300,
-        ..tiny_segments(tmp.path(), 8192)
-    };
-    let mq = open(&opts);
-    for i in 0..45u64 {
-        let h = if i < 30 {
-            with_id(&format!("id-{i}"))
-        } else {
-            Headers::new()
+    for read_first in [false, true] {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let opts = Options {
+            index_interval_bytes: 300,
+            ..tiny_segments(tmp.path(), 8192)
         };
-        mq.publish("t", payload(i, PAYLOAD), &h)
-            .await
-            .expect("publish");
+        let mq = open(&opts);
+        for i in 0..45u64 {
+            let h = if i < 30 {
+                with_id(&format!("id-{i}"))
+            } else {
+                Headers::new()
+            };
+            mq.publish("t", payload(i, PAYLOAD), &h)
+                .await
+                .expect("publish");
+        }
+        mq.close().await.expect("close");
+        assert_eq!(segment_files(tmp.path(), "t").len(), 1);
+        let idx = last_segment(tmp.path()).with_extension("idx");
+        let entries = std::fs::read(&idx).expect("idx").len() / 32;
+        for k in 1..entries {
+            edit_active_entry_unchecked(tmp.path(), k, |e| [e[k][0], e[k][1], e[k][2], 0]);
+        }
+        if read_first {
+            // Entry 5 a byte on (still in order): a read from its offset finds it wrong.
+            edit_active_entry(tmp.path(), 5, |e| [e[5][0], e[5][1] + 1, e[5][2], e[5][3]]);
+        }
+        let mq = open(&opts);
+        if read_first {
+            let got = mq.fetch("t", 15, 1).await.expect("fetch");
+            assert_eq!(got[0].offset(), 15);
+        }
+        for i in 45..80 {
+            mq.publish("t", payload(i, PAYLOAD), &Headers::new())
+                .await
+                .expect("publish");
+        }
+        mq.close().await.expect("close");
+        assert!(segment_files(tmp.path(), "t").len() > 1, "rolled");
+        let mq = open(&opts);
+        assert_eq!(
+            mq.publish("t", payload(99, PAYLOAD), &with_id("id-20"))
+                .await
+                .expect("publish"),
+            20,
+            "id-20 is a duplicate (read first: {read_first})"
+        );
+        mq.close().await.expect("close");
     }
-    mq.close().await.expect("close");
-    assert_eq!(segment_files(tmp.path(), "t").len(), 1);
-    let idx = last_segment(tmp.path()).with_extension("idx");
-    let entries = std::fs::read(&idx).expect("idx").len() / 32;
-    for k in 1..entries {
-        edit_active_entry_unchecked(tmp.path(), k, |e| [e[k][0], e[k][1], e[k][2], 0]);
-    }
-    let mq = open(&opts);
-    for i in 45..80 {
-        mq.publish("t", payload(i, PAYLOAD), &Headers::new())
-            .await
-            .expect("publish");
-    }
-    mq.close().await.expect("close");
-    assert!(segment_files(tmp.path(), "t").len() > 1, "rolled");
-    let mq = open(&opts);
-    assert_eq!(
-        mq.publish("t", payload(99, PAYLOAD), &with_id("id-20"))
-            .await
-            .expect("publish"),
-        20,
-        "id-20 is a duplicate"
-    );
-    mq.close().await.expect("close");
-}
-
-/// `the_sealing_counts_the_ids_the_active_index_lost`, with a wrong middle entry that a
-/// read lands on before the roll: its index rebuild fixes the entries, not the id count,
-/// which the sealing still counts from the records. Before, the rebuild had the sealing
-/// skip its count and seal open's (0) under a crc. Found by review.
-#[tokio::test]
-async fn a_read_that_rebuilds_the_index_leaves_the_id_count_to_the_sealing() {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let opts = Options {
-        index_interval_bytes: 300,
-        ..tiny_segments(tmp.path(), 8192)
-    };
-    let mq = open(&opts);
-    for i in 0..45u64 {
-        let h = if i < 30 {
-            with_id(&format!("id-{i}"))
-        } else {
-            Headers::new()
-        };
-        mq.publish("t", payload(i, PAYLOAD), &h)
-            .await
-            .expect("publish");
-    }
-    mq.close().await.expect("close");
-    assert_eq!(segment_files(tmp.path(), "t").len(), 1);
-    let idx = last_segment(tmp.path()).with_extension("idx");
-    let entries = std::fs::read(&idx).expect("idx").len() / 32;
-    for k in 1..entries {
-        edit_active_entry_unchecked(tmp.path(), k, |e| [e[k][0], e[k][1], e[k][2], 0]);
-    }
-    // And entry 5 a byte on (still in order): a read from its offset finds it wrong.
-    edit_active_entry(tmp.path(), 5, |e| [e[5][0], e[5][1] + 1, e[5][2], e[5][3]]);
-    let mq = open(&opts);
-    let got = mq.fetch("t", 15, 1).await.expect("fetch");
-    assert_eq!(got[0].offset(), 15);
-    for i in 45..80 {
-        mq.publish("t", payload(i, PAYLOAD), &Headers::new())
-            .await
-            .expect("publish");
-    }
-    mq.close().await.expect("close");
-    assert!(segment_files(tmp.path(), "t").len() > 1, "rolled");
-    let mq = open(&opts);
-    assert_eq!(
-        mq.publish("t", payload(99, PAYLOAD), &with_id("id-20"))
-            .await
-            .expect("publish"),
-        20,
-        "id-20 is a duplicate"
-    );
-    mq.close().await.expect("close");
 }
 
 /// Damaged records behind the active index (more than a read batch, 1,024 records, after
 /// the wrong entry), a middle entry stamped too early before them and one pointing a byte
-/// off after them: the index rebuild keeps the
-/// records' entries up to the damage and, after it, only file entries that point at their
-/// records, so a `Time` reset in the intact part finds its record before the roll and
-/// after it (sealed) and a reopen. Before, the rebuild failed `Corrupt` and the sealing
-/// sealed the wrong entry under a crc, and the reset after a reopen skipped records 13 and
-/// 14. Found by review.
+/// off after them: the index rebuild keeps the records' entries up to the damage and,
+/// after it, only file entries that point at their records, so a `Time` reset in the
+/// intact part finds its record before the roll and after it (sealed) and a reopen.
+/// Before, the rebuild failed `Corrupt` and the sealing sealed the wrong entry under a
+/// crc, and the reset after a reopen skipped records 13 and 14. Found by review.
 #[tokio::test]
 async fn damaged_records_do_not_keep_a_wrong_entry_after_them_or_before() {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -1721,20 +1688,7 @@ async fn a_dedup_rebuild_that_cannot_read_the_whole_segment_keeps_what_it_read()
         index_interval_bytes: 300,
         ..tiny_segments(tmp.path(), 1 << 20)
     };
-    let mq = open(&opts);
-    for i in 0..40u64 {
-        mq.publish("t", payload(i, PAYLOAD), &with_id(&format!("id-{i}")))
-            .await
-            .expect("publish");
-    }
-    mq.close().await.expect("close");
-    let k = 4;
-    let before = std::cell::Cell::new(0);
-    edit_active_entry(tmp.path(), k, |e| {
-        before.set(e[k][3]);
-        [e[k][0], e[k][1], e[k][2], e[k - 1][3]]
-    });
-    let before = before.get();
+    let before = ids_counted_short(tmp.path(), &opts).await;
     // Record 0 damaged (inside its frame, which starts after the 32-byte header).
     flip_byte(&last_segment(tmp.path()), 32 + 30);
     let mq = open(&Options {
