@@ -1491,7 +1491,8 @@ impl LogReader {
 
     /// Appends to `ids`, in log order, the message ids of `seg`'s records (with their
     /// offsets) from a point where at least `want_ids` of them follow (or from its start).
-    /// On an error, the ids read before it are there.
+    /// On an error, the ids read before it are there (or, if the whole read that a wrong
+    /// count of its start entry calls for fails, those read from the entry).
     pub fn last_ids(
         &self,
         seg: &Segment,

@@ -677,7 +677,7 @@ impl Segment {
         }
     }
 
-    /// Before the sealing of a segment open took index entries of from the file unchecked
+    /// Before the sealing of a segment for which open took index entries from the file unchecked
     /// (`counts_unverified`; not after `check_whole`): reads it whole and takes the entries
     /// and the summary's `first_ts`/`id_count` from its records (the last loaded entry's
     /// `ids_before` was not checked either, and a `reindex` since fixed only the entries).
