@@ -83,6 +83,9 @@ pub struct Segment {
     /// synced, so damage from outside may leave a middle entry pointing elsewhere. A lookup
     /// checks such an entry against its record before it is used (`checked_entry`).
     unverified: AtomicUsize,
+    /// Which of the `unverified` entries a lookup has checked since (one bit each): each is
+    /// read against its record once, not at every cold read until the roll.
+    passed: Mutex<Vec<u64>>,
     /// The summary's `id_count` and `first_ts` came from the index file unchecked (with
     /// `unverified` entries; a `reindex` fixes only the entries): recounted by the sealing.
     counts_unverified: AtomicBool,
@@ -500,6 +503,7 @@ impl Segment {
             sealed: AtomicBool::new(sealed),
             unchecked: AtomicBool::new(false),
             unverified: AtomicUsize::new(0),
+            passed: Mutex::new(Vec::new()),
             counts_unverified: AtomicBool::new(false),
             doubtful: AtomicBool::new(false),
             // What recovery found on disk may not be durable yet (an unsynced tail).
@@ -601,20 +605,38 @@ impl Segment {
             let i = idx.partition_point(&before);
             (i > 0).then(|| (i - 1, idx[i - 1]))
         };
-        let (e, checked) = {
+        let (i, e, checked) = {
             let idx = read_lock(&self.index);
             let Some((i, e)) = last_before(&idx) else {
                 return Ok(None);
             };
             // Under the same guard as the entry: a rebuild in between would have it say
             // "checked" of an entry it took out.
-            (e, i >= self.unverified.load(Ordering::Acquire))
+            (
+                i,
+                e,
+                i >= self.unverified.load(Ordering::Acquire) || self.has_passed(i),
+            )
         };
-        if checked || self.with_file(|file| entry_points_at_record(file, &e, self.max_body))? {
+        if checked {
+            return Ok(Some(e));
+        }
+        if self.with_file(|file| entry_points_at_record(file, &e, self.max_body))? {
+            // Entry `i` stays the same entry until a rebuild, after which no bit is read.
+            let mut passed = self.passed.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(word) = passed.get_mut(i / 64) {
+                *word |= 1 << (i % 64);
+            }
             return Ok(Some(e));
         }
         self.reindex(interval, &e)?;
         Ok(last_before(&read_lock(&self.index)).map(|(_, e)| e))
+    }
+
+    /// Whether a lookup checked unverified entry `i` against its record already.
+    fn has_passed(&self, i: usize) -> bool {
+        let passed = self.passed.lock().unwrap_or_else(|p| p.into_inner());
+        passed.get(i / 64).is_some_and(|w| w & (1 << (i % 64)) != 0)
     }
 
     /// Rebuilds the index entries below the segment's end from its records, after `wrong`
@@ -671,6 +693,7 @@ impl Segment {
     /// lookup uses it, and the segment is read whole before it is sealed
     /// (`verify_before_sealing`), so a sealed index holds only entries its records gave.
     fn set_unverified(&self, n: usize) {
+        *self.passed.lock().unwrap_or_else(|p| p.into_inner()) = vec![0; n.div_ceil(64)];
         self.unverified.store(n, Ordering::Release);
         if n > 0 {
             self.counts_unverified.store(true, Ordering::Release);
