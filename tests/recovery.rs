@@ -348,13 +348,17 @@ async fn a_torn_new_segment_is_discarded() {
     }
 }
 
-/// Options with 1 KiB segments and an index entry every 300 bytes, and a closed template
-/// directory under `tmp` holding 40 records (several sealed segments with indexes).
 /// Segments of 1 KiB with an index entry every 300 bytes.
 fn indexed(tmp: &Path) -> Options {
+    indexed_in(tmp, 1024)
+}
+
+/// Segments of `segment_bytes` with an index entry every 300 bytes (every third record of
+/// `FRAME` bytes).
+fn indexed_in(tmp: &Path, segment_bytes: u64) -> Options {
     Options {
         index_interval_bytes: 300,
-        ..tiny_segments(tmp, 1024)
+        ..tiny_segments(tmp, segment_bytes)
     }
 }
 
@@ -1345,10 +1349,7 @@ fn edit_active_entry_unchecked(dir: &Path, k: usize, edit: impl Fn(&[[u64; 4]]) 
 async fn a_wrong_middle_entry_of_the_active_index_is_never_trusted() {
     let tmp = tempfile::tempdir().expect("tempdir");
     // 63 records to a segment, an entry every third record: the 40 are all in the active one.
-    let opts = Options {
-        index_interval_bytes: 300,
-        ..tiny_segments(tmp.path(), 8192)
-    };
+    let opts = indexed_in(tmp.path(), 8192);
     type Edit = fn(&[[u64; 4]]) -> [u64; 4];
     let edits: [(&str, Edit); 3] = [
         ("a byte on", |e| [e[5][0], e[5][1] + 1, e[5][2], e[5][3]]),
@@ -1422,10 +1423,7 @@ async fn ids_counted_short(dir: &Path, opts: &Options) -> u64 {
 #[tokio::test]
 async fn a_middle_entry_counting_too_few_ids_does_not_shrink_the_dedup_window() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let opts = Options {
-        index_interval_bytes: 300,
-        ..tiny_segments(tmp.path(), 1 << 20)
-    };
+    let opts = indexed_in(tmp.path(), 1 << 20);
     let before = ids_counted_short(tmp.path(), &opts).await;
     // A window of one id more than the entry's records hold: the rebuild must start before it.
     let window = (40 - before + 1) as usize;
@@ -1445,19 +1443,14 @@ async fn a_middle_entry_counting_too_few_ids_does_not_shrink_the_dedup_window() 
     mq.close().await.expect("close");
 }
 
-/// A middle entry of the active index stamped earlier than its record (still in order)
-/// does not make a `Time` reset start after records it should find. Found by review.
-#[tokio::test]
-async fn a_middle_entry_stamped_too_early_does_not_make_a_time_reset_skip_records() {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let opts = Options {
-        index_interval_bytes: 300,
-        ..tiny_segments(tmp.path(), 1 << 20)
-    };
-    let mq = open(&opts);
-    // Every record in a millisecond of its own: an entry every third record.
-    for i in 0..40u64 {
-        std::thread::sleep(std::time::Duration::from_millis(2));
+/// Publishes `n` records to `t` (closed after), the first `distinct` each in a millisecond
+/// of its own; returns their stamps.
+async fn stamped(opts: &Options, n: u64, distinct: usize) -> Vec<u64> {
+    let mq = open(opts);
+    for i in 0..n {
+        if (i as usize) < distinct {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
         mq.publish("t", payload(i, PAYLOAD), &Headers::new())
             .await
             .expect("publish");
@@ -1468,12 +1461,30 @@ async fn a_middle_entry_stamped_too_early_does_not_make_a_time_reset_skip_record
         .map(|r| r.timestamp_ms())
         .collect();
     mq.close().await.expect("close");
-    assert!(stamps.windows(2).all(|w| w[0] < w[1]), "{stamps:?}");
-    // Entry 5 (record 15) stamped just after entry 4's record (12): before records 13, 14.
-    edit_active_entry(tmp.path(), 5, |e| {
+    assert!(
+        stamps[..distinct].windows(2).all(|w| w[0] < w[1]),
+        "{stamps:?}"
+    );
+    stamps
+}
+
+/// Entry 5 of the active index (record 15; an entry every third record) stamped just after
+/// entry 4's record (12): before records 13 and 14, still in order.
+fn stamp_entry_5_too_early(dir: &Path) {
+    edit_active_entry(dir, 5, |e| {
         assert_eq!((e[4][0], e[5][0]), (12, 15));
         [e[5][0], e[5][1], e[4][2] + 1, e[5][3]]
     });
+}
+
+/// A middle entry of the active index stamped earlier than its record (still in order)
+/// does not make a `Time` reset start after records it should find. Found by review.
+#[tokio::test]
+async fn a_middle_entry_stamped_too_early_does_not_make_a_time_reset_skip_records() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let opts = indexed_in(tmp.path(), 1 << 20);
+    let stamps = stamped(&opts, 40, 40).await;
+    stamp_entry_5_too_early(tmp.path());
     let mq = open(&opts);
     let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(stamps[13]);
     assert_eq!(
@@ -1495,9 +1506,8 @@ async fn a_middle_entry_stamped_too_early_does_not_make_a_time_reset_skip_record
 async fn damage_behind_the_active_index_is_sealed_as_it_is_not_cut_back_to() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let opts = Options {
-        index_interval_bytes: 300,
         sync: spool::SyncPolicy::Always,
-        ..tiny_segments(tmp.path(), 8192)
+        ..indexed_in(tmp.path(), 8192)
     };
     prepared(tmp.path(), &opts, 40).await;
     assert_eq!(segment_files(tmp.path(), "t").len(), 1);
@@ -1544,10 +1554,7 @@ async fn damage_behind_the_active_index_is_sealed_as_it_is_not_cut_back_to() {
 async fn the_sealing_counts_the_ids_the_active_index_lost() {
     for read_first in [false, true] {
         let tmp = tempfile::tempdir().expect("tempdir");
-        let opts = Options {
-            index_interval_bytes: 300,
-            ..tiny_segments(tmp.path(), 8192)
-        };
+        let opts = indexed_in(tmp.path(), 8192);
         let mq = open(&opts);
         for i in 0..45u64 {
             let h = if i < 30 {
@@ -1604,31 +1611,10 @@ async fn the_sealing_counts_the_ids_the_active_index_lost() {
 #[tokio::test]
 async fn damaged_records_do_not_keep_a_wrong_entry_after_them_or_before() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let opts = Options {
-        index_interval_bytes: 300,
-        ..tiny_segments(tmp.path(), 1270 * FRAME)
-    };
-    let mq = open(&opts);
-    for i in 0..1200u64 {
-        if i < 20 {
-            std::thread::sleep(std::time::Duration::from_millis(2));
-        }
-        mq.publish("t", payload(i, PAYLOAD), &Headers::new())
-            .await
-            .expect("publish");
-    }
-    let stamps: Vec<u64> = fetch_all(&mq, "t")
-        .await
-        .iter()
-        .map(|r| r.timestamp_ms())
-        .collect();
-    mq.close().await.expect("close");
-    assert!(stamps[..20].windows(2).all(|w| w[0] < w[1]), "{stamps:?}");
+    let opts = indexed_in(tmp.path(), 1270 * FRAME);
+    let stamps = stamped(&opts, 1200, 20).await;
     assert_eq!(segment_files(tmp.path(), "t").len(), 1);
-    edit_active_entry(tmp.path(), 5, |e| {
-        assert_eq!((e[4][0], e[5][0]), (12, 15));
-        [e[5][0], e[5][1], e[4][2] + 1, e[5][3]]
-    });
+    stamp_entry_5_too_early(tmp.path());
     // Record 1100 damaged (before the last entry: open does not read it).
     flip_byte(&last_segment(tmp.path()), 32 + 1100 * FRAME + 40);
     // And an entry after the damage a byte on: never used, nor sealed.
@@ -1684,10 +1670,7 @@ async fn damaged_records_do_not_keep_a_wrong_entry_after_them_or_before() {
 #[tokio::test]
 async fn a_dedup_rebuild_that_cannot_read_the_whole_segment_keeps_what_it_read() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let opts = Options {
-        index_interval_bytes: 300,
-        ..tiny_segments(tmp.path(), 1 << 20)
-    };
+    let opts = indexed_in(tmp.path(), 1 << 20);
     let before = ids_counted_short(tmp.path(), &opts).await;
     // Record 0 damaged (inside its frame, which starts after the 32-byte header).
     flip_byte(&last_segment(tmp.path()), 32 + 30);
