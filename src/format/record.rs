@@ -84,12 +84,16 @@ pub fn encode(
     payload: &[u8],
 ) -> usize {
     let start = buf.len();
-    buf.extend_from_slice(&[0u8; FRAME_HEADER_LEN]);
-    buf.extend_from_slice(&offset.to_le_bytes());
-    buf.extend_from_slice(&timestamp_ms.to_le_bytes());
-    let hlen_at = buf.len();
-    buf.extend_from_slice(&[0u8; 4]);
+    // The fixed part in one piece, and one reservation for all but non-empty headers:
+    // a `publish` of one small record spends a tenth of its instructions here.
+    buf.reserve(RECORD_OVERHEAD + 1 + payload.len());
+    let mut fixed = [0u8; RECORD_OVERHEAD];
+    fixed[FRAME_HEADER_LEN..FRAME_HEADER_LEN + 8].copy_from_slice(&offset.to_le_bytes());
+    fixed[FRAME_HEADER_LEN + 8..FRAME_HEADER_LEN + 16].copy_from_slice(&timestamp_ms.to_le_bytes());
+    buf.extend_from_slice(&fixed);
+    let hlen_at = buf.len() - 4;
     if headers.is_empty() {
+        // postcard's empty map, the varint 0 (see `headers_len`).
         buf.push(0);
     } else {
         let taken = std::mem::take(buf);

@@ -298,7 +298,11 @@ impl World {
             if let Some(t) = &p.held {
                 t.write_held();
             }
-            p.segment.sync().expect("sync");
+            p.segment
+                .as_ref()
+                .expect("Always publishes name their segment")
+                .sync()
+                .expect("sync");
         }
         let offs = p.offsets.into_vec();
         for (o, (_, h)) in offs.iter().zip(&msgs) {

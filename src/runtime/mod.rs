@@ -223,10 +223,19 @@ impl Spool {
         }
     }
 
-    async fn durable(&self, segment: &Arc<crate::log::segment::Segment>, end: u64) -> Result<()> {
-        match self.inner.sync {
-            SyncPolicy::Always => self.inner.syncer.sync(segment.clone(), end).await,
-            SyncPolicy::Interval(_) | SyncPolicy::None => Ok(()),
+    async fn durable(
+        &self,
+        segment: &Option<Arc<crate::log::segment::Segment>>,
+        end: u64,
+    ) -> Result<()> {
+        match (self.inner.sync, segment) {
+            (SyncPolicy::Always, Some(segment)) => {
+                self.inner.syncer.sync(segment.clone(), end).await
+            }
+            (SyncPolicy::Always, None) => Err(Error::Unsupported {
+                what: "a publish under Sync=Always without its segment (internal error)".into(),
+            }),
+            (SyncPolicy::Interval(_) | SyncPolicy::None, _) => Ok(()),
         }
     }
 
