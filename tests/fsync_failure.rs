@@ -63,3 +63,59 @@ async fn records_a_failed_sync_left_in_the_page_cache_are_made_durable_by_the_ne
     );
     mq.close().await.expect("close");
 }
+
+/// Review 30: a dead-letter copy whose sync failed is written (readable, and kept by a
+/// reopen in the same boot). A retried nack must not move the intent's start past that
+/// copy, or the reopen, not finding it, copies the message a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_dead_letter_after_a_failed_copy_sync_leaves_one_copy() {
+    use spool::consts::{X_CONSUMER_GROUP, X_ORIGINAL_OFFSET, X_ORIGINAL_TOPIC};
+    async fn copies_of_0(mq: &Spool) -> usize {
+        mq.fetch("t.dlq", 0, 1000)
+            .await
+            .expect("fetch dlq")
+            .iter()
+            .filter(|r| {
+                let h = r.headers();
+                h.get(X_ORIGINAL_TOPIC).map(String::as_str) == Some("t")
+                    && h.get(X_CONSUMER_GROUP).map(String::as_str) == Some("g")
+                    && h.get(X_ORIGINAL_OFFSET).map(String::as_str) == Some("0")
+            })
+            .count()
+    }
+    let opts = || Options {
+        sync: SyncPolicy::Always,
+        max_delivery_attempts: 1,
+        ..without_background_work(Options::new("/data"))
+    };
+    let fs = SimFs::new(7);
+    let mq = Spool::open_simulated(opts(), &fs).expect("open");
+    let none = Headers::new();
+    mq.publish("t", &b"poison"[..], &none)
+        .await
+        .expect("publish");
+    // The dead-letter topic exists already, so its segment's path is known.
+    mq.publish("t.dlq", &b"earlier"[..], &none)
+        .await
+        .expect("publish dlq");
+    fs.fail_syncs_of(Some(Path::new(&first_segment("t.dlq"))));
+    let first = mq.nack("t", "g", 0, "bad").await;
+    assert!(first.is_err(), "the copy's sync failed: {first:?}");
+    fs.fail_syncs_of(None);
+    assert_eq!(copies_of_0(&mq).await, 1, "the copy was written");
+    // Retried (the record is still at the cursor): the dead-letter topic is poisoned.
+    let second = mq.nack("t", "g", 0, "bad").await;
+    assert!(second.is_err(), "{second:?}");
+
+    // Killed and restarted in the same boot.
+    let image = fs.process_crash_now();
+    drop(mq);
+    let mq = Spool::open_simulated(opts(), &image).expect("reopen");
+    assert_eq!(
+        mq.group_info("t", "g").expect("info").cursor,
+        1,
+        "the interrupted dead-letter was finished"
+    );
+    assert_eq!(copies_of_0(&mq).await, 1, "one copy, not two");
+    mq.close().await.expect("close");
+}

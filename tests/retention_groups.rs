@@ -306,3 +306,37 @@ async fn retention_racing_a_hand_out_does_not_stall_a_waiting_consumer() {
     drop(go_tx);
     producer.join().unwrap();
 }
+
+/// Review 30: a reset counts the records retention deleted under the cursor before it
+/// moves it, whether or not anything looked at the group since the retention.
+#[tokio::test]
+async fn a_reset_counts_the_skip_retention_made_before_it() {
+    let mut seen = Vec::new();
+    for look_first in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let mq = open(dir.path(), CONN);
+        fill(&mq, 60).await;
+        for o in 0..3 {
+            mq.ack(TOPIC, GROUP, o).await.unwrap();
+        }
+        mq.apply_retention().unwrap();
+        let earliest = mq.topic_info(TOPIC).unwrap().earliest;
+        assert!(earliest > 3);
+        if look_first {
+            mq.group_info(TOPIC, GROUP).unwrap();
+        }
+        let to = mq
+            .reset_offset(TOPIC, GROUP, spool::OffsetReset::Earliest)
+            .await
+            .unwrap();
+        assert_eq!(to, earliest);
+        seen.push((earliest, mq.group_info(TOPIC, GROUP).unwrap().skipped));
+        mq.close().await.unwrap();
+    }
+    let (earliest, _) = seen[0];
+    assert_eq!(
+        seen,
+        vec![(earliest, earliest - 3); 2],
+        "(earliest, skipped) with and without a group_info before the reset"
+    );
+}

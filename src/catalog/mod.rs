@@ -423,6 +423,26 @@ impl Catalog {
     }
 
     /// Dead-letter intents left by a stop between the intent and its completion.
+    /// The dead-letter intent of `(topic, group, offset)`, if one is recorded.
+    pub fn intent(
+        &self,
+        topic: &str,
+        group: &str,
+        offset: u64,
+    ) -> Result<Option<DeadLetterIntent>> {
+        let txn = self.db.begin_read().map_err(|e| cat_err("reading", e))?;
+        let t = txn
+            .open_table(DEAD_LETTER_INTENTS)
+            .map_err(|e| cat_err("reading", e))?;
+        match t
+            .get((topic, group, offset))
+            .map_err(|e| cat_err("reading", e))?
+        {
+            Some(v) => dec(&self.path, v.value()).map(Some),
+            None => Ok(None),
+        }
+    }
+
     pub fn intents(&self) -> Result<Vec<(String, String, u64, DeadLetterIntent)>> {
         let txn = self.db.begin_read().map_err(|e| cat_err("reading", e))?;
         let t = txn
@@ -522,6 +542,21 @@ fn run_committer(db: &Database, rx: &mpsc::Receiver<Msg>, acks: &AckWatch) {
             }
         }
         waiting = busy;
+        // A job queued while the images were taken was made under its state's lock before
+        // that state's image (`try_ops` took the lock after): it must land before the
+        // image, or an attempt row it writes (a panic charge, not waited for) outlives the
+        // deletion the image carries. A job made after its state's image cannot touch what
+        // the image deletes (that takes a reset, whose own commit is waited for under the
+        // lock). Snapshots queued meanwhile are for tickets issued after `noted` (an ack
+        // queues its state before taking its ticket): next round, without holding up
+        // this round's decision.
+        let mut later = Vec::new();
+        for m in rx.try_iter() {
+            match m {
+                Msg::Job(j) => jobs.push(j),
+                Msg::Snapshot(s) => later.push(s),
+            }
+        }
         if !jobs.is_empty() || !taken.is_empty() {
             let result = apply(db, &jobs, &taken, &mut written).map_err(|e| e.to_string());
             for job in jobs {
@@ -540,6 +575,7 @@ fn run_committer(db: &Database, rx: &mpsc::Receiver<Msg>, acks: &AckWatch) {
             };
             acks.decide(upto, &carried.take().map_or(Ok(()), Err));
         }
+        waiting.extend(later);
     }
 }
 

@@ -7,6 +7,8 @@
 //! writer (a group may append to its dead-letter topic while locked). A writer lock is
 //! never held while taking a group lock.
 
+#[cfg(test)]
+mod committer_window;
 pub mod dedup;
 #[cfg(test)]
 mod explore;
@@ -1361,7 +1363,8 @@ impl Engine {
     /// by `finish_intents` on open without a second copy. `false`: retention had deleted
     /// the record, so it is finished as skipped, without a copy. (A retry after an I/O
     /// error cannot add a second copy: a failed copy poisons the dead-letter topic and a
-    /// failed commit makes redb refuse every later one, until a reopen finishes the intent.)
+    /// failed commit makes redb refuse every later one, until a reopen finishes the
+    /// intent, which keeps the first try's start.)
     #[expect(
         clippy::too_many_arguments,
         reason = "the group's state under its lock, and what a nack adds"
@@ -1381,10 +1384,18 @@ impl Engine {
         // carries it is durable (a failure before leaves the count as a reopen finds it).
         let a = counted.unwrap_or_else(|| g.attempts.get(&offset).cloned().unwrap_or_default());
         let dlq_t = self.topic_or_create(dlq, now_ms)?;
+        let next = dlq_t.reader.next();
+        // A retry keeps the first try's start: its copy may have been written but not
+        // synced (which poisons the dead-letter topic), and a reopen in the same boot
+        // still holds it; an intent pointing past it would have open copy it again.
+        let dlq_from = match self.catalog.intent(topic, group, offset)? {
+            Some(first) if first.dlq_topic == dlq => first.dlq_from.min(next),
+            _ => next,
+        };
         let intent = DeadLetterIntent {
             epoch: g.epoch,
             dlq_topic: dlq.to_owned(),
-            dlq_from: dlq_t.reader.next(),
+            dlq_from,
             attempts: a.attempts,
             reason: a.last_reason.clone(),
         };
@@ -1552,6 +1563,10 @@ impl Engine {
     pub fn reset(&self, topic: &str, group: &str, to: OffsetReset) -> Result<u64> {
         let (t, g) = self.existing_group(topic, group)?;
         let mut g = g.lock();
+        // As every other group operation: records retention deleted under the cursor are
+        // counted as skipped before the reset moves it (or the count depends on whether
+        // anything looked at the group in between).
+        self.clamp(&t, group, &mut g);
         let earliest = t.reader.earliest();
         let next = t.reader.next();
         let target = match to {
