@@ -422,7 +422,6 @@ impl Catalog {
         Ok(out)
     }
 
-    /// Dead-letter intents left by a stop between the intent and its completion.
     /// The dead-letter intent of `(topic, group, offset)`, if one is recorded.
     pub fn intent(
         &self,
@@ -443,6 +442,7 @@ impl Catalog {
         }
     }
 
+    /// Dead-letter intents left by a stop between the intent and its completion.
     pub fn intents(&self) -> Result<Vec<(String, String, u64, DeadLetterIntent)>> {
         let txn = self.db.begin_read().map_err(|e| cat_err("reading", e))?;
         let t = txn
