@@ -2433,6 +2433,35 @@ mod tests {
         assert_eq!(rest.last().map(|r| r.offset), Some(39));
     }
 
+    /// A reader still holding a segment retention deleted, its index unloaded, reads on
+    /// through its open file and leaves no index file behind for the deleted segment.
+    #[test]
+    fn a_read_of_a_deleted_segment_writes_no_index_for_it() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let mut log = log_in(tmp.path());
+        append(&mut log, 40);
+        let reader = log.reader().clone();
+        let mut at = 0;
+        let first = reader.segment_with(&mut at).expect("first segment");
+        assert!(first.is_sealed());
+        let mut out = Vec::new();
+        first
+            .read(first.base, 1, 1 << 20, 4096, &mut out)
+            .expect("a read opens its file");
+        let removed = log.apply_retention(0, 1, 0).expect("retention");
+        assert!(removed > 0 && first.is_removed());
+        first.unload_index();
+        out.clear();
+        first
+            .read(first.base + 3, 2, 1 << 20, 4096, &mut out)
+            .expect("read through the open file");
+        assert_eq!(out.first().map(|r| r.offset), Some(first.base + 3));
+        assert!(
+            !first.index_path.exists(),
+            "a stray index for a deleted segment"
+        );
+    }
+
     /// However many segments a log has, a read through all of them leaves at most
     /// `OPEN_SEALED_MAX` sealed files open, and open opens none for good.
     #[test]

@@ -793,7 +793,9 @@ impl Segment {
         let entries = match fmt::decode_sealed_index(&raw) {
             Some((entries, s)) if s.base == self.base && s.bytes == self.end() => entries,
             _ => {
-                tracing::warn!(segment = %self.path.display(), "index damaged; rebuilding it");
+                if !self.is_removed() {
+                    tracing::warn!(segment = %self.path.display(), "index damaged; rebuilding it");
+                }
                 let scan = self.with_file(|file| {
                     scan_all(file, self.base, self.end(), interval, self.max_body)
                 })?;
@@ -803,12 +805,16 @@ impl Segment {
                         format!("sealed segment damaged at byte {}: {why}", scan.end),
                     ));
                 }
-                write_sealed_index(
-                    &self.fs,
-                    &self.index_path,
-                    &scan.entries,
-                    &scan.summary(self.base),
-                )?;
+                // Retention deleted it (a reader still holding it reads on through its open
+                // file): a file written now would be a stray index of no segment.
+                if !self.is_removed() {
+                    write_sealed_index(
+                        &self.fs,
+                        &self.index_path,
+                        &scan.entries,
+                        &scan.summary(self.base),
+                    )?;
+                }
                 scan.entries
             }
         };
