@@ -97,6 +97,9 @@ pub struct Segment {
     /// Linux reports a writeback error to one `fsync` only, so a sync that succeeds
     /// beside a failing one must see the poison that one sets.
     sync_lock: Mutex<()>,
+    /// A sync of this file failed: its dirty pages may be marked clean unwritten, so no
+    /// later sync of it proves anything (the next open writes it again).
+    sync_failed: AtomicBool,
     max_body: usize,
     poison: Poison,
     fs: Fs,
@@ -143,12 +146,34 @@ impl Segment {
     /// Makes everything written so far durable. A failure poisons the topic: the kernel
     /// may have dropped the dirty pages, so a retry could report success falsely.
     pub fn sync(&self) -> Result<()> {
-        self.check_poison()?;
+        if let Err(stopped) = self.check_poison() {
+            self.sync_written();
+            return Err(stopped);
+        }
         let end = self.end();
         if self.synced.load(Ordering::Acquire) >= end {
             return Ok(());
         }
         self.sync_to(end)
+    }
+
+    /// In a stopped topic: the records below `end` were written whole before it stopped
+    /// (a failed write never moves `end`), and under `Interval` their publishes returned
+    /// as durable within the interval, so they are still synced (by the interval thread
+    /// and by close), unless a sync of this file failed already. Vouches for nothing
+    /// (`synced` stays): the topic answers `Poisoned` all the same.
+    fn sync_written(&self) {
+        let _one = self.sync_lock.lock().unwrap_or_else(|e| e.into_inner());
+        if self.sync_failed.load(Ordering::Acquire)
+            || self.synced.load(Ordering::Acquire) >= self.end()
+        {
+            return;
+        }
+        if let Err(e) = self.with_file(|f| f.sync_data()) {
+            self.sync_failed.store(true, Ordering::Release);
+            tracing::warn!(segment = %self.path.display(), error = %e,
+                "syncing the records of a stopped topic failed");
+        }
     }
 
     /// Syncs unconditionally (after a resize, which `sync` would not see as new data);
@@ -165,6 +190,7 @@ impl Segment {
         let _one = self.sync_lock.lock().unwrap_or_else(|e| e.into_inner());
         self.check_poison()?;
         self.with_file(|f| f.sync_data()).inspect_err(|e| {
+            self.sync_failed.store(true, Ordering::Release);
             let _ = self.poison.set(format!("sync failed: {e}"));
         })?;
         // Another file of the topic failed meanwhile: vouch for nothing more (a false
@@ -492,6 +518,7 @@ impl Segment {
             file: RwLock::new(file),
             file_used: AtomicU64::new(0),
             removed: AtomicBool::new(false),
+            sync_failed: AtomicBool::new(false),
             index: RwLock::new(Vec::new()),
             index_loaded: AtomicBool::new(true),
             index_used: AtomicU64::new(0),
