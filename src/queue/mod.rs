@@ -1667,6 +1667,7 @@ impl Engine {
     pub fn apply_retention(&self, now_ms: u64, wait: bool) -> Result<()> {
         let mut first = Ok(());
         for t in self.all_topics() {
+            let before = t.reader.earliest();
             let mut w = lock(&t.writer);
             if wait && let Err(e) = w.log.finish_sealing() {
                 first = first.and(Err(e));
@@ -1678,6 +1679,12 @@ impl Engine {
             // Also after a failed deletion: the segments left the log before it failed.
             let earliest = t.reader.earliest();
             w.dedup.forget_below(earliest);
+            drop(w);
+            if earliest > before {
+                // A group behind the new start has a slot or span freed by its clamp (run
+                // by the woken consumer's next try): its waiting consumers must look again.
+                self.visible(&t.name);
+            }
             first = first.and(removed.map(|_| ()));
         }
         first

@@ -74,6 +74,9 @@ impl ConsumerBuilder {
             now_ms(),
         )?;
         let wakeup = self.spool.notifier(&self.topic);
+        // The group's bound may have grown (a larger `max_in_flight`): a consumer waiting
+        // for a slot may have one now.
+        wakeup.wake();
         Ok(Consumer {
             shared: Arc::new(Shared {
                 spool: self.spool,
@@ -213,12 +216,13 @@ impl Consumer {
         let lend = !self.manual_ack;
         let handout = sh
             .spool
-            .with_engine(|e| e.next_delivery(&sh.group, previous, lend))?;
+            .with_engine(|e| e.next_delivery(&sh.group, previous, lend));
         if previous.is_some() {
-            // A slot or a redelivery may have opened for the group's other consumers.
+            // A slot or a redelivery may have opened for the group's other consumers (also
+            // when the hand-out after the ack failed).
             sh.wakeup.wake();
         }
-        Ok(handout.map(|h| {
+        Ok(handout?.map(|h| {
             let ticket = h.ticket();
             if !self.manual_ack {
                 self.previous = Some(ticket);
@@ -411,9 +415,9 @@ impl Delivery {
             let t = e.ack_delivery(&sh.group, self.ticket, true)?;
             Ok(t.map(|t| (t, e.ack_watch().clone())))
         });
-        if made.is_ok() {
-            sh.wakeup.wake();
-        }
+        // Also after a failure (a failed commit after the ack was made): the slot may be
+        // free already, and a wake nobody waits for costs next to nothing.
+        sh.wakeup.wake();
         async move {
             let Some((ticket, watch)) = made? else {
                 return Ok(());
@@ -441,9 +445,11 @@ impl Delivery {
         let sh = &self.shared;
         let r = sh
             .spool
-            .with_engine(|e| e.nack_delivery(&sh.group, t, reason, now_ms()))?;
+            .with_engine(|e| e.nack_delivery(&sh.group, t, reason, now_ms()));
+        // Also after a failure: the record may be up for redelivery already (a failed
+        // dead-letter copy or attempt commit puts it back first).
         sh.wakeup.wake();
-        Ok(r)
+        r
     }
 }
 

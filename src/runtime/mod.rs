@@ -246,9 +246,10 @@ impl Spool {
 
     /// Acks the group's cursor (must equal `offset`).
     pub async fn ack(&self, topic: &str, group: &str, offset: u64) -> Result<()> {
-        self.engine()?.ack_cursor(topic, group, offset)?;
+        let r = self.engine()?.ack_cursor(topic, group, offset);
+        // Also after a failure: what failed may be the commit after the change was made.
         self.wake(topic);
-        Ok(())
+        r
     }
 
     /// Nacks the group's cursor (must equal `offset`).
@@ -261,16 +262,16 @@ impl Spool {
     ) -> Result<NackOutcome> {
         let r = self
             .engine()?
-            .nack_cursor(topic, group, offset, reason, now_ms())?;
+            .nack_cursor(topic, group, offset, reason, now_ms());
         self.wake(topic);
-        Ok(r)
+        r
     }
 
     /// Moves the group's cursor; returns the new cursor.
     pub async fn reset_offset(&self, topic: &str, group: &str, to: OffsetReset) -> Result<u64> {
-        let r = self.engine()?.reset(topic, group, to)?;
+        let r = self.engine()?.reset(topic, group, to);
         self.wake(topic);
-        Ok(r)
+        r
     }
 
     /// Reads up to `max_records` from `from` (clamped to the earliest retained offset).
