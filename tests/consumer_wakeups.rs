@@ -8,7 +8,7 @@ mod common_groups;
 
 use std::time::Duration;
 
-use common_groups::{WAIT, open, publish_n, recv};
+use common_groups::{Rng, WAIT, open, parked_waiter, publish_n, recv};
 
 const TOPIC: &str = "r32.events";
 
@@ -21,12 +21,8 @@ async fn a_build_that_raises_max_in_flight_wakes_a_waiting_consumer() {
     publish_n(&mq, TOPIC, 3).await;
     let mut a = common_groups::manual(&mq, TOPIC, "g", 1);
     let d0 = recv(&mut a).await;
-    let mut b = common_groups::manual(&mq, TOPIC, "g", 1);
-    let waiter = tokio::spawn(async move {
-        let d = b.recv_timeout(Duration::from_secs(3)).await.unwrap();
-        d.map(|d| d.offset())
-    });
-    tokio::time::sleep(Duration::from_millis(200)).await; // b is parked
+    let b = common_groups::manual(&mq, TOPIC, "g", 1);
+    let waiter = parked_waiter(b).await;
     // Raises the group's bound to 4: offset 1 is deliverable now.
     let _c = common_groups::manual(&mq, TOPIC, "g", 4);
     let got = tokio::time::timeout(WAIT, waiter).await.unwrap().unwrap();
@@ -50,12 +46,8 @@ async fn retention_that_frees_the_groups_slot_wakes_a_waiting_consumer() {
     }
     let mut a = common_groups::manual(&mq, TOPIC, "g", 1);
     let d0 = recv(&mut a).await; // a stuck handler holds offset 0
-    let mut b = common_groups::manual(&mq, TOPIC, "g", 1);
-    let waiter = tokio::spawn(async move {
-        let d = b.recv_timeout(Duration::from_secs(3)).await.unwrap();
-        d.map(|d| d.offset())
-    });
-    tokio::time::sleep(Duration::from_millis(200)).await; // b is parked
+    let b = common_groups::manual(&mq, TOPIC, "g", 1);
+    let waiter = parked_waiter(b).await;
     mq.apply_retention().unwrap();
     let earliest = mq.topic_info(TOPIC).unwrap().earliest;
     assert!(earliest > 0);
@@ -75,19 +67,6 @@ async fn retention_that_frees_the_groups_slot_wakes_a_waiting_consumer() {
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 #[derive(Default)]
 struct Book {
@@ -404,12 +383,8 @@ async fn a_failed_nack_that_frees_the_slot_wakes_a_waiting_consumer() {
     publish_n(&mq, &dlq, 1).await; // the dead-letter topic exists
     let mut a = common_groups::manual(&mq, TOPIC, "g", 1);
     let d0 = recv(&mut a).await;
-    let mut b = common_groups::manual(&mq, TOPIC, "g", 1);
-    let waiter = tokio::spawn(async move {
-        let d = b.recv_timeout(Duration::from_secs(3)).await.unwrap();
-        d.map(|d| d.offset())
-    });
-    tokio::time::sleep(Duration::from_millis(200)).await; // b is parked
+    let b = common_groups::manual(&mq, TOPIC, "g", 1);
+    let waiter = parked_waiter(b).await;
     fs.fail_writes_to(Some(std::path::Path::new(&format!(
         "/data/topics/{dlq}/{:020}.log",
         0

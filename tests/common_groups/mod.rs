@@ -189,3 +189,34 @@ pub fn panic_with(d: Delivery) {
     }));
     assert!(caught.is_err());
 }
+
+/// A xorshift generator for seeded random schedules.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// `c` waiting in `recv` (up to 3 s) on a task of its own, given 200 ms to park: the
+/// offset it gets, if any. Ordering only: a waiter woken correctly gets its record
+/// whatever the machine's speed, and one never woken times out.
+pub async fn parked_waiter(mut c: Consumer) -> tokio::task::JoinHandle<Option<u64>> {
+    let waiter = tokio::spawn(async move {
+        let d = c
+            .recv_timeout(Duration::from_secs(3))
+            .await
+            .expect("recv_timeout");
+        d.map(|d| d.offset())
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    waiter
+}
