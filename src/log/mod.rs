@@ -2408,16 +2408,22 @@ mod tests {
         assert_eq!((got.len(), got.contains_key(&0)), (1, true));
     }
 
+    /// A log of 40 records in several segments, and its first segment as a reader holds it.
+    fn log_and_first_segment(dir: &Path) -> (TopicLog, Arc<Segment>) {
+        let mut log = log_in(dir);
+        append(&mut log, 40);
+        let mut at = 0;
+        let first = log.reader().segment_with(&mut at).expect("first segment");
+        (log, first)
+    }
+
     /// A reader that looked a segment up just before retention deleted it (its file closed
     /// by then) goes on from the log's new start instead of failing.
     #[test]
     fn a_read_racing_retention_goes_on_from_the_new_start() {
         let tmp = tempfile::tempdir().expect("tempdir");
-        let mut log = log_in(tmp.path());
-        append(&mut log, 40);
+        let (mut log, first) = log_and_first_segment(tmp.path());
         let reader = log.reader().clone();
-        let mut at = 0;
-        let first = reader.segment_with(&mut at).expect("first segment");
         first.close_file();
         let removed = log.apply_retention(0, 1, 0).expect("retention");
         assert!(removed > 0 && first.is_removed());
@@ -2438,11 +2444,7 @@ mod tests {
     #[test]
     fn a_read_of_a_deleted_segment_writes_no_index_for_it() {
         let tmp = tempfile::tempdir().expect("tempdir");
-        let mut log = log_in(tmp.path());
-        append(&mut log, 40);
-        let reader = log.reader().clone();
-        let mut at = 0;
-        let first = reader.segment_with(&mut at).expect("first segment");
+        let (mut log, first) = log_and_first_segment(tmp.path());
         assert!(first.is_sealed());
         let mut out = Vec::new();
         first

@@ -9,18 +9,7 @@ use crate::io::sim::SimFs;
 
 const CATALOG: &str = "/data/catalog.redb";
 
-fn sim_engine(fs: &SimFs) -> Engine {
-    let mut o = Options::new("/data");
-    o.sync = crate::SyncPolicy::None;
-    Engine::open(Fs::new(Arc::new(fs.clone())), o, 1).expect("open")
-}
-
-fn publish_records(e: &Engine, n: u64) {
-    let body = [1u8; 8];
-    let h = Headers::new();
-    let batch: Vec<(&[u8], &Headers)> = (0..n).map(|_| (&body[..], &h)).collect();
-    e.publish("t", &batch, 1).expect("publish");
-}
+use super::tests::{publish_records, sim_engine};
 
 fn wait_ticket(e: &Engine, t: u64) -> std::result::Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs(20);

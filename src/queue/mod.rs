@@ -1878,14 +1878,14 @@ mod tests {
     }
 
     /// An engine on the simulated file system, `Sync=None` (unclean stops are copies of it).
-    fn sim_engine(fs: &crate::io::sim::SimFs) -> Engine {
+    pub(super) fn sim_engine(fs: &crate::io::sim::SimFs) -> Engine {
         let mut o = Options::new("/data");
         o.sync = crate::SyncPolicy::None;
         Engine::open(Fs::new(Arc::new(fs.clone())), o, 1).expect("open")
     }
 
     /// `n` records of 8 bytes on topic `t`.
-    fn publish_records(e: &Engine, n: u64) {
+    pub(super) fn publish_records(e: &Engine, n: u64) {
         let body = [1u8; 8];
         let h = Headers::new();
         let batch: Vec<(&[u8], &Headers)> = (0..n).map(|_| (&body[..], &h)).collect();
