@@ -77,6 +77,7 @@ fn recover_and_check(
         index_interval_bytes: 64,
         max_body: 1 << 20,
         preallocate: true,
+        visible_when_synced: false,
         seal_in_background: false,
     };
     std::fs::create_dir_all(topic).ok()?;

@@ -216,7 +216,8 @@ async fn dropped_futures_keep_the_contract() {
 /// sync must still have its record written, with no later publish to write it (the topic
 /// is handed to the sync thread before the publish's first `.await`), and made durable by
 /// that round's sync: a round that synced before writing would leave it unsynced until
-/// some later publish or the close.
+/// some later publish or the close. Readers see it once that sync ends (not before: under
+/// `Always` a reader sees only durable records).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_publish_cancelled_while_its_record_is_held_still_has_it_written() {
     let fs = SimFs::new(11);
@@ -232,23 +233,26 @@ async fn a_publish_cancelled_while_its_record_is_held_still_has_it_written() {
         assert!(poll(p.as_mut(), &w).is_pending(), "waits for its sync");
     }
     let until = Instant::now() + Duration::from_secs(5);
-    let mut seen = 0;
-    while Instant::now() < until {
-        seen = mq.fetch("t", 0, 10).await.expect("fetch").len();
-        if seen == 2 {
-            break;
-        }
+    while Instant::now() < until && fs.syncs_waiting() == 0 {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
+    let in_sync = fs.syncs_waiting();
+    let seen = mq.fetch("t", 0, 10).await.expect("fetch").len();
     fs.hold_syncs(false);
-    assert_eq!(seen, 2, "the cancelled publish's record was written");
+    assert_eq!(in_sync, 1, "the sync thread wrote the record and syncs it");
+    assert_eq!(seen, 1, "not visible before its sync ends");
     let until = Instant::now() + Duration::from_secs(5);
-    let mut durable = 0;
-    while Instant::now() < until && durable < 2 {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        let image = open(&fs.crash_now());
-        durable = image.fetch("t", 0, 10).await.expect("fetch").len();
+    let mut seen = 0;
+    while Instant::now() < until && seen < 2 {
+        seen = mq.fetch("t", 0, 10).await.expect("fetch").len();
+        tokio::time::sleep(Duration::from_millis(1)).await;
     }
+    assert_eq!(
+        seen, 2,
+        "the cancelled publish's record was written and shown"
+    );
+    let image = open(&fs.crash_now());
+    let durable = image.fetch("t", 0, 10).await.expect("fetch").len();
     assert_eq!(durable, 2, "and synced, with nothing else to sync it");
     mq.close().await.expect("close");
 }

@@ -223,3 +223,63 @@ async fn held_records_written_by_a_publish_that_then_failed_wake_the_waiting_con
     let woken = woken.expect("the waiting consumer is woken for the readable record");
     assert_eq!(woken.expect("task").expect("recv"), 1);
 }
+
+/// Under `Always` a record is visible only once it is durable (review 31): a consumer
+/// that saw a record a power cut then lost would have processed a message whose offset
+/// goes to another one. Here the sync thread has written record 1 and waits in its sync:
+/// no read, count or consumer sees the record until the sync ends, and the sync that
+/// shows it wakes the waiting consumer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_is_invisible_until_its_sync_ends_and_the_sync_wakes_the_consumer() {
+    let fs = SimFs::new(13);
+    let mq = open(&fs);
+    mq.publish("t", &b"zero"[..], &Headers::new())
+        .await
+        .expect("p");
+    let waiting = waiting_consumer(&mq, "t").await;
+    fs.hold_syncs_of(Some(Path::new(&first_segment("t"))));
+    let release = Release(fs.clone());
+    let publish = spawn_publish(&mq, "t", Headers::new());
+    // The sync thread wrote the record before this sync.
+    assert!(eventually(|| fs.syncs_waiting() == 1), "its sync is held");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(mq.fetch("t", 0, 10).await.expect("fetch").len(), 1);
+    assert_eq!(mq.topic_info("t").expect("info").next, 1);
+    assert!(
+        !waiting.is_finished(),
+        "the consumer saw an unsynced record"
+    );
+    assert!(!publish.is_finished());
+    drop(release);
+    assert_eq!(publish.await.expect("task").expect("p"), 1);
+    let woken = tokio::time::timeout(Duration::from_secs(3), waiting).await;
+    let woken = woken.expect("the sync that showed the record woke the consumer");
+    assert_eq!(woken.expect("task").expect("recv"), 1);
+    mq.close().await.expect("close");
+}
+
+/// A publish cancelled while its record is held: the sync thread still writes and syncs
+/// it, and that sync shows it and wakes the waiting consumer (no later publish needed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_publish_under_always_becomes_visible_at_the_next_round() {
+    let fs = SimFs::new(17);
+    let mq = open(&fs);
+    mq.publish("t", &b"zero"[..], &Headers::new())
+        .await
+        .expect("p");
+    let waiting = waiting_consumer(&mq, "t").await;
+    let (release, blocker) = block_the_sync_thread(&mq, &fs).await;
+    let cancelled = spawn_publish(&mq, "t", with_id("one"));
+    assert!(
+        eventually(|| mq.topic_info("t").expect("info").dedup_ids == 1),
+        "appended (held)"
+    );
+    cancelled.abort();
+    assert!(cancelled.await.is_err(), "cancelled");
+    drop(release);
+    assert_eq!(blocker.await.expect("task").expect("p"), 1);
+    let woken = tokio::time::timeout(Duration::from_secs(3), waiting).await;
+    let woken = woken.expect("the record of the cancelled publish became visible");
+    assert_eq!(woken.expect("task").expect("recv"), 1);
+    mq.close().await.expect("close");
+}

@@ -2,7 +2,9 @@
 //! publishes and batches from several tasks, message ids, rolls of small segments and
 //! retention with kept files, a cut at a random file operation; and a failed shared fsync
 //! followed by a same-boot reopen and a cut. Every publish that returned `Ok` is in the
-//! image with its payload, offsets dense. `SPOOL_POWER_LOSS_CONCURRENT_RUNS` seeds (30).
+//! image with its payload, offsets dense, and so is every record a reader saw before the
+//! cut (under `Always` readers see only durable records).
+//! `SPOOL_POWER_LOSS_CONCURRENT_RUNS` seeds (30).
 
 use std::path::Path;
 use std::time::Duration;
@@ -21,8 +23,8 @@ fn always() -> Options {
     }
 }
 
-/// Six tasks publishing one at a time and in batches of three, a cut somewhere in the
-/// first 420 file operations.
+/// Six tasks publishing one at a time and in batches of three, a reader tailing the log,
+/// a cut somewhere in the first 420 file operations.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_always_publishes_survive_a_power_cut() {
     use std::collections::BTreeMap;
@@ -46,6 +48,42 @@ async fn concurrent_always_publishes_survive_a_power_cut() {
         fs.cut_at_op(20 + (seed * 7919) % 400);
         let mq = Spool::open_simulated(opts(), &fs).expect("open");
         let acked: Arc<Mutex<BTreeMap<u64, Vec<u8>>>> = Arc::default();
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let reader = {
+            let (mq, fs, done) = (mq.clone(), fs.clone(), done.clone());
+            tokio::spawn(async move {
+                let mut seen = BTreeMap::new();
+                let mut from = 0;
+                while !done.load(std::sync::atomic::Ordering::Acquire) && !fs.is_cut() {
+                    let Ok(recs) = mq.fetch("t", from, 64).await else {
+                        break;
+                    };
+                    // Seen before the cut: the records were visible before it happened.
+                    if fs.is_cut() {
+                        break;
+                    }
+                    for r in &recs {
+                        seen.insert(r.offset(), r.payload().to_vec());
+                        from = r.offset() + 1;
+                    }
+                    tokio::task::yield_now().await;
+                }
+                seen
+            })
+        };
+        // A slow disk in every other run: syncs wait a little, so that the reader runs
+        // while written records wait for theirs.
+        let slow_disk = (seed % 2 == 0).then(|| {
+            let (fs, done) = (fs.clone(), done.clone());
+            std::thread::spawn(move || {
+                while !done.load(std::sync::atomic::Ordering::Acquire) {
+                    fs.hold_syncs(true);
+                    std::thread::sleep(Duration::from_micros(300));
+                    fs.hold_syncs(false);
+                    std::thread::sleep(Duration::from_micros(100));
+                }
+            })
+        });
         let mut tasks = Vec::new();
         for w in 0..6u64 {
             let (mq, fs, acked) = (mq.clone(), fs.clone(), acked.clone());
@@ -93,6 +131,11 @@ async fn concurrent_always_publishes_survive_a_power_cut() {
         for t in tasks {
             t.await.expect("task");
         }
+        done.store(true, std::sync::atomic::Ordering::Release);
+        if let Some(t) = slow_disk {
+            t.join().expect("slow disk");
+        }
+        let seen = reader.await.expect("reader");
         let _ = mq.close().await;
         let Some(image) = fs.crash_image() else {
             continue;
@@ -105,17 +148,21 @@ async fn concurrent_always_publishes_survive_a_power_cut() {
                 failures.push(format!("seed {seed}: not dense at {}", r.offset()));
             }
         }
-        for (o, b) in acked.lock().unwrap().iter() {
-            if *o < info.earliest {
-                continue;
-            }
-            match recs.get((o - info.earliest) as usize) {
-                Some(r) if r.payload()[..] == b[..] => {}
-                Some(_) => failures.push(format!("seed {seed}: offset {o} has another payload")),
-                None => failures.push(format!(
-                    "seed {seed}: acknowledged {o} lost (next {})",
-                    info.next
-                )),
+        let acked = std::mem::take(&mut *acked.lock().unwrap());
+        for (what, records) in [("acknowledged", &acked), ("seen", &seen)] {
+            for (o, b) in records.iter() {
+                if *o < info.earliest {
+                    continue;
+                }
+                match recs.get((o - info.earliest) as usize) {
+                    Some(r) if r.payload()[..] == b[..] => {}
+                    Some(_) => failures.push(format!(
+                        "seed {seed}: {what} offset {o} has another payload"
+                    )),
+                    None => {
+                        failures.push(format!("seed {seed}: {what} {o} lost (next {})", info.next))
+                    }
+                }
             }
         }
         again.close().await.expect("close");

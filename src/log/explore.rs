@@ -34,6 +34,7 @@ fn pick_layout(
 ) {
     cfg.seal_in_background = next_rand(4) != 0;
     cfg.preallocate = !cfg.seal_in_background && next_rand(2) == 0;
+    cfg.visible_when_synced = cfg.preallocate;
     trace.push(format!(
         "bg {} zeros {}",
         cfg.seal_in_background, cfg.preallocate
@@ -150,7 +151,7 @@ fn random_kills_power_cuts_retention_and_slow_or_failing_syncs_keep_the_log_a_pr
                     }
                     Err(e) => {
                         // Records held before it are dropped with it (the log is poisoned).
-                        model.truncate(log.reader().next() as usize);
+                        model.truncate(log.written_next() as usize);
                         trace.push(format!("append failed {e}"));
                     }
                 }
@@ -158,7 +159,7 @@ fn random_kills_power_cuts_retention_and_slow_or_failing_syncs_keep_the_log_a_pr
                 match log.write_held() {
                     Ok(()) => trace.push("write held".into()),
                     Err(e) => {
-                        model.truncate(log.reader().next() as usize);
+                        model.truncate(log.written_next() as usize);
                         trace.push(format!("write held failed {e}"));
                     }
                 }
@@ -169,7 +170,7 @@ fn random_kills_power_cuts_retention_and_slow_or_failing_syncs_keep_the_log_a_pr
                         trace.push(format!("sync {durable}"));
                     }
                     // Held records it could not write are dropped.
-                    Err(_) => model.truncate(log.reader().next() as usize),
+                    Err(_) => model.truncate(log.written_next() as usize),
                 }
             } else if op < 78 {
                 let r = log
@@ -182,7 +183,7 @@ fn random_kills_power_cuts_retention_and_slow_or_failing_syncs_keep_the_log_a_pr
             } else if op < 88 {
                 // Held records never reached the file: a kill loses them (their publishes
                 // had not returned).
-                model.truncate(log.reader().next() as usize);
+                model.truncate(log.written_next() as usize);
                 if failing {
                     // A kill between a sealing's failed sync and its note of it would leave
                     // nothing for the reopen to rewrite (a known limit, see ARCHITECTURE):
@@ -254,7 +255,7 @@ fn random_kills_power_cuts_retention_and_slow_or_failing_syncs_keep_the_log_a_pr
                 if log.poison.get().is_some() || next_rand(2) == 0 {
                     // A clean stop writes what is held (`quiesce`).
                     if log.write_held().is_err() {
-                        model.truncate(log.reader().next() as usize);
+                        model.truncate(log.written_next() as usize);
                     }
                     drop(log);
                     failing = false;

@@ -203,6 +203,7 @@ fn every_cut_into_a_reused_file(s: u64, f: usize, batch: usize) -> usize {
         index_interval_bytes: 4096,
         max_body: 2 * s as usize,
         preallocate: true,
+        visible_when_synced: true,
         seal_in_background: false,
     };
     let sim = crate::io::sim::SimFs::new(7);
@@ -322,6 +323,7 @@ fn fresh_files_are_zeroed_a_mib_ahead() {
             index_interval_bytes: 4096,
             max_body: 4 << 20,
             preallocate: true,
+            visible_when_synced: true,
             seal_in_background: false,
         };
         let sim = crate::io::sim::SimFs::new(1);
@@ -336,7 +338,7 @@ fn fresh_files_are_zeroed_a_mib_ahead() {
             let seg = log.active().clone();
             let flen = sim.read_file(&seg.path).expect("file").len() as u64;
             let bytes = sim.read_file(&seg.path).expect("file");
-            let end = seg.end();
+            let end = seg.written().bytes;
             let grew = prev.is_none_or(|(b, l)| b != seg.base || l != flen);
             if grew {
                 assert_eq!(

@@ -20,7 +20,7 @@ use crate::format::segment::{
 };
 use crate::io::{DataFile, FileStat, Fs};
 pub use segment::MESSAGE_ID_HEADER;
-use segment::{Poison, Segment, read_lock, wants_entry, write_lock};
+use segment::{Poison, Segment, Visibility, read_lock, wants_entry, write_lock};
 
 /// Sealed segments whose index stays in memory (least recently used are unloaded).
 const LOADED_INDEXES_MAX: usize = 8;
@@ -116,6 +116,9 @@ pub struct LogConfig {
     pub max_body: usize,
     /// Write zeros ahead of the records (pays off only when every append is synced).
     pub preallocate: bool,
+    /// Readers see a record only once a sync covered it (`Sync=Always`: a record a
+    /// consumer saw is never lost to a power cut; see `Segment::defer_visibility`).
+    pub visible_when_synced: bool,
     /// Sync and index a sealed segment in the background instead of in the roll
     /// (`Sync=None`: no publish waits for the disk, and recovery cuts the log back to the
     /// first loss, see `open`).
@@ -296,7 +299,7 @@ pub struct TopicLog {
     /// The index entries of the batch being appended (kept: no allocation per append).
     entries: Vec<IndexEntry>,
     /// Records `append_held` encoded into `buf` and not written yet: `write_held` writes
-    /// them (and makes them visible to readers), as does the next `append`, `sync` or
+    /// them, as does the next `append`, `sync` or
     /// `quiesce`. Always on the active segment: a roll writes them first.
     held: Option<Pending>,
     /// The newest timestamp of a written record (held ones are in `held`, whose `last_ts`
@@ -316,6 +319,8 @@ pub struct TopicLog {
     /// instead of writing zeros ahead (`MAX_RECYCLED` at most).
     recycled: Vec<PathBuf>,
     summaries: Arc<Summaries>,
+    /// Under `visible_when_synced`: what every active segment shows readers through.
+    visibility: Option<Arc<Visibility>>,
 }
 
 /// One message to append.
@@ -608,15 +613,25 @@ impl TopicLog {
             .map(|s| s.summary().last_ts)
             .max()
             .unwrap_or(0);
+        let bounds = Arc::new([
+            AtomicU64::new(segments.first().map_or(0, |s| s.base)),
+            AtomicU64::new(active.next()),
+        ]);
+        let visibility = cfg
+            .visible_when_synced
+            .then(|| Arc::new(Visibility::new(bounds.clone())));
+        if let Some(v) = &visibility {
+            active.defer_visibility(v.clone());
+            // What recovery found may be unsynced (a killed process's last writes, read
+            // back in the same boot): durable before any reader can see it.
+            active.sync_after_resize()?;
+        }
         let mut log = TopicLog {
             fs: fs.clone(),
             dir: dir.to_owned(),
             cfg,
             reader: LogReader {
-                bounds: Arc::new([
-                    AtomicU64::new(segments.first().map_or(0, |s| s.base)),
-                    AtomicU64::new(active.next()),
-                ]),
+                bounds,
                 segments: Arc::new(RwLock::new(segments)),
                 swept: Arc::new(AtomicU64::new(0)),
                 cfg,
@@ -640,6 +655,7 @@ impl TopicLog {
             spare: None,
             recycled,
             summaries,
+            visibility,
         };
         // A segment made from a spare has its name made durable by its sealing thread
         // (`seal_after`), which a killed process may not have run: records published into
@@ -724,7 +740,7 @@ impl TopicLog {
     pub fn next(&self) -> u64 {
         self.held
             .as_ref()
-            .map_or_else(|| self.active.next(), |p| p.next)
+            .map_or_else(|| self.active.written().next, |p| p.next)
     }
 
     /// Where the active segment ends once what is held is written: a publish must sync
@@ -732,7 +748,27 @@ impl TopicLog {
     pub fn end(&self) -> u64 {
         self.held
             .as_ref()
-            .map_or_else(|| self.active.end(), |p| p.end)
+            .map_or_else(|| self.active.written().bytes, |p| p.end)
+    }
+
+    /// Sets what runs after a sync made records visible (`visible_when_synced`; the
+    /// engine wakes the topic's consumers).
+    pub fn set_on_visible(&self, f: Box<dyn Fn() + Send + Sync>) {
+        if let Some(v) = &self.visibility {
+            v.set_on_visible(f);
+        }
+    }
+
+    /// Whether readers see what an append writes as soon as it is written.
+    pub fn visible_when_written(&self) -> bool {
+        self.visibility.is_none()
+    }
+
+    /// The offset after the last record written to the file (records held excluded;
+    /// under `visible_when_synced` ahead of what readers see until the next sync).
+    #[cfg(test)]
+    pub fn written_next(&self) -> u64 {
+        self.active.written().next
     }
 
     /// Whether records are held (`append_held`) and not written yet.
@@ -758,8 +794,9 @@ impl TopicLog {
         self.append_inner(msgs, now_ms, true)
     }
 
-    /// Writes the records `append_held` left in memory and makes them visible to readers.
-    /// After a failure (which poisons the log) they are dropped.
+    /// Writes the records `append_held` left in memory (readers see them now, or under
+    /// `visible_when_synced` after the sync that covers them). After a failure (which
+    /// poisons the log) they are dropped.
     pub fn write_held(&mut self) -> Result<()> {
         let Some(mut p) = self.held.take() else {
             return Ok(());
@@ -843,12 +880,13 @@ impl TopicLog {
         Ok(first)
     }
 
-    /// Writes the buffered records and index entries and makes them visible to readers.
+    /// Writes the buffered records and index entries; readers see them now, or under
+    /// `visible_when_synced` after the sync that covers them.
     fn flush(&mut self, p: &mut Pending) -> Result<()> {
         if self.buf.is_empty() {
             return Ok(());
         }
-        let at = self.active.end();
+        let at = self.active.written().bytes;
         let need = at + self.buf.len() as u64;
         if self.cfg.preallocate
             && need > self.allocated
@@ -893,15 +931,23 @@ impl TopicLog {
                 tracing::warn!(error = %e, "index write failed; it will be rebuilt on open");
             }
         }
-        self.active
-            .publish_progress(p.end, p.next, p.first_ts, p.last_ts, p.ids, &p.entries);
+        let written = SegmentSummary {
+            base: self.active.base,
+            next: p.next,
+            bytes: p.end,
+            first_ts: p.first_ts,
+            last_ts: p.last_ts,
+            id_count: p.ids,
+        };
+        if self.active.written_to(written, &p.entries) {
+            self.reader.bounds[1].store(p.next, Ordering::Release);
+        }
         // Here, where every record is written: a batch whose roll failed after its first
         // part was written still sets the floor of what comes next.
         debug_assert!(p.last_ts >= self.newest_ts);
         self.newest_ts = p.last_ts;
-        self.reader.bounds[1].store(p.next, Ordering::Release);
         p.entries.clear();
-        if self.active.end() >= self.cfg.segment_bytes / 2 {
+        if p.end >= self.cfg.segment_bytes / 2 {
             self.start_spare();
         }
         // Under Sync=Interval (no sync per append, a sync in the roll), write back in the
@@ -960,7 +1006,9 @@ impl TopicLog {
         }
         // With the active one's about to be added: `MAX_SEALING` at most.
         debug_assert!(self.sealing.len() < MAX_SEALING);
-        self.active.with_file(|f| f.set_len(self.active.end()))?;
+        // The writer's end: records written and not yet synced are part of the segment.
+        self.active
+            .with_file(|f| f.set_len(self.active.written().bytes))?;
         let background = self.cfg.seal_in_background;
         if !background {
             seal(
@@ -970,7 +1018,11 @@ impl TopicLog {
                 &self.summaries,
             )?;
         }
-        let s = self.active.summary();
+        let s = self.active.written();
+        debug_assert!(
+            background || s == self.active.summary(),
+            "sealed, so synced"
+        );
         // Before the new segment takes a descriptor (a writer nobody reads behind leaves a
         // sealed file open at every roll).
         close_files(&read_lock(&self.reader.segments));
@@ -1053,6 +1105,9 @@ impl TopicLog {
         self.stale_until = stale_until;
         // The old records start right after the new header.
         self.zeroed_to = SEGMENT_HEADER_LEN as u64;
+        if let Some(v) = &self.visibility {
+            seg.defer_visibility(v.clone());
+        }
         write_lock(&self.reader.segments).push(seg.clone());
         let old = std::mem::replace(&mut self.active, seg);
         if background {
@@ -1309,7 +1364,7 @@ impl Pending {
     /// not the segment's `last_ts` until a record of it is written.
     fn start(seg: &Segment, entries: Vec<IndexEntry>, newest_ts: u64) -> Pending {
         debug_assert!(entries.is_empty());
-        let s = seg.summary();
+        let s = seg.written();
         Pending {
             end: s.bytes,
             next: s.next,
@@ -1575,6 +1630,7 @@ mod tests {
             index_interval_bytes: 4096,
             max_body: 1 << 16,
             preallocate: true,
+            visible_when_synced: true,
             seal_in_background: false,
         }
     }
@@ -1610,6 +1666,8 @@ mod tests {
 
     /// Every record from `from` on is there once, in order, up to `next`.
     fn assert_dense(log: &TopicLog, from: u64) {
+        // Under `visible_when_synced` readers see the last records once synced.
+        log.active().sync().expect("sync");
         let recs = log
             .reader()
             .read(from, usize::MAX, usize::MAX)
@@ -1652,7 +1710,8 @@ mod tests {
             let before = log.reader().snapshot().len();
             assert!(append_until_segments(&mut log, before + 1));
             let active = log.active().path.clone();
-            let behind = std::fs::read(&active).expect("read")[log.active().end() as usize..]
+            let behind = std::fs::read(&active).expect("read")
+                [log.active().written().bytes as usize..]
                 .iter()
                 .any(|&b| b != 0);
             match want {
@@ -1794,8 +1853,9 @@ mod tests {
     }
 
     /// Held records (`append_held`) have their offsets and count in `next`/`end`, but
-    /// nothing reaches the file or a reader until `write_held` (or an append that is not
-    /// held, or `sync`); a batch of `HOLD_MAX_BYTES` or more is written at once.
+    /// nothing reaches the file until `write_held` (or an append that is not held, or
+    /// `sync`), nor a reader until a sync covers it (`visible_when_synced`); a batch of
+    /// `HOLD_MAX_BYTES` or more is written at once.
     #[test]
     fn held_records_are_invisible_until_written_and_a_big_batch_is_not_held() {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -1830,7 +1890,14 @@ mod tests {
         );
         log.write_held().expect("write held");
         assert!(!log.holds());
-        assert_eq!(log.end(), log.active().end());
+        assert_eq!(log.end(), log.active().written().bytes);
+        assert_eq!(log.written_next(), 3);
+        // `visible_when_synced`: written is not enough.
+        assert_eq!(log.reader().next(), 0, "readers see them once synced");
+        assert_eq!(log.reader().read(0, 10, usize::MAX).expect("read").len(), 0);
+        log.active().sync().expect("sync");
+        assert_eq!(log.reader().next(), 3);
+        assert_eq!(log.active().end(), log.end());
         let read = log.reader().read(0, 10, usize::MAX).expect("read");
         let got: Vec<&[u8]> = read.iter().map(|r| &r.payload()[..]).collect();
         assert_eq!(got, [&b"a"[..], &b"b"[..], &b"a"[..]]);
@@ -1851,6 +1918,9 @@ mod tests {
             !log.holds(),
             "a batch of HOLD_MAX_BYTES is written by its caller"
         );
+        assert_eq!(log.written_next(), 5 + big.len() as u64);
+        assert_eq!(log.reader().next(), 5);
+        log.active().sync().expect("sync");
         assert_eq!(log.reader().next(), 5 + big.len() as u64);
     }
 
@@ -1907,7 +1977,7 @@ mod tests {
             append_one(&mut log, &[4u8; 1000]);
         }
         assert_eq!(log.next(), FORGED);
-        assert_eq!(log.active().end() as usize, pf);
+        assert_eq!(log.active().written().bytes as usize, pf);
         (log, pf as u64)
     }
 
@@ -1925,6 +1995,7 @@ mod tests {
         let mut log = TopicLog::open(&Fs::real(), tmp.path(), cfg, 0).expect("reopen");
         assert_eq!(log.next(), FORGED, "no record nobody appended");
         assert_eq!(append_one(&mut log, &[5u8; 10]), FORGED);
+        log.active().sync().expect("sync");
         let last = log.reader().read(FORGED, 1, usize::MAX).expect("read");
         assert_eq!(&last[0].payload[..], &[5u8; 10][..]);
     }
@@ -2161,6 +2232,7 @@ mod tests {
             index_interval_bytes: 4096,
             max_body: 1 << 16,
             preallocate: false,
+            visible_when_synced: false,
             seal_in_background: false,
         };
         TopicLog::open(&Fs::real(), dir, cfg, 0).expect("open")
@@ -2178,6 +2250,7 @@ mod tests {
             index_interval_bytes: 4096,
             max_body: 1 << 20,
             preallocate: false,
+            visible_when_synced: false,
             seal_in_background: false,
         };
         let mut log = TopicLog::open(&Fs::real(), tmp.path(), cfg, 0).expect("open");
@@ -2272,6 +2345,7 @@ mod tests {
             max_body: 1 << 20,
             // `Sync=None`'s layout, or `Always`'s (zeros ahead, retention's files reused).
             preallocate: !seal_in_background,
+            visible_when_synced: false,
             seal_in_background,
         };
         let mut log = TopicLog::open(&Fs::real(), tmp.path(), cfg, 0).expect("open");
@@ -2608,6 +2682,7 @@ mod tests {
             index_interval_bytes: 128,
             max_body: 1 << 16,
             preallocate: false,
+            visible_when_synced: false,
             seal_in_background: true,
         }
     }

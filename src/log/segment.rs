@@ -93,6 +93,10 @@ pub struct Segment {
     doubtful: AtomicBool,
     /// Bytes known durable (everything below was covered by a completed sync).
     synced: AtomicU64,
+    /// Under `Sync=Always` (`defer_visibility`): what the writer wrote that no sync has
+    /// covered yet. Readers see a record only once it is durable: one a consumer saw and
+    /// a power cut then lost would give its offset to another record.
+    staged: OnceLock<Mutex<Staged>>,
     /// Held across each sync of the file and what it concludes (the poison or `synced`):
     /// Linux reports a writeback error to one `fsync` only, so a sync that succeeds
     /// beside a failing one must see the poison that one sets.
@@ -108,6 +112,46 @@ pub struct Segment {
     /// file read of what the last read had already read past it. Records never move, so it
     /// stays true.
     resume: Mutex<Resume>,
+}
+
+/// How a segment's records become visible once synced (`Segment::defer_visibility`),
+/// shared by a log's segments.
+pub(crate) struct Visibility {
+    /// The log's `[earliest, next)` (`LogReader::bounds`): `next` moves with the segment's.
+    bounds: Arc<[AtomicU64; 2]>,
+    /// Wakes the topic's consumers (set once the engine has the runtime's wake-up).
+    on_visible: OnceLock<Box<dyn Fn() + Send + Sync>>,
+}
+
+impl Visibility {
+    pub(crate) fn new(bounds: Arc<[AtomicU64; 2]>) -> Visibility {
+        Visibility {
+            bounds,
+            on_visible: OnceLock::new(),
+        }
+    }
+
+    /// Sets what runs after records became visible (once).
+    pub(crate) fn set_on_visible(&self, f: Box<dyn Fn() + Send + Sync>) {
+        let _ = self.on_visible.set(f);
+    }
+}
+
+impl std::fmt::Debug for Visibility {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Visibility")
+            .field("bounds", &self.bounds)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the writer wrote past what readers see, until a sync covers it.
+#[derive(Debug)]
+struct Staged {
+    written: SegmentSummary,
+    /// Index entries of the records past `end`.
+    entries: Vec<IndexEntry>,
+    visibility: Arc<Visibility>,
 }
 
 /// The record after the last read, and the bytes read past it (below the segment's end as
@@ -143,6 +187,27 @@ impl Segment {
         }
     }
 
+    /// Readers see this segment's records only once a sync covered them (`Sync=Always`).
+    /// Called before anything is appended to it.
+    pub(crate) fn defer_visibility(&self, visibility: Arc<Visibility>) {
+        let staged = Staged {
+            written: self.summary(),
+            entries: Vec::new(),
+            visibility,
+        };
+        debug_assert!(self.staged.get().is_none(), "deferred once");
+        let _ = self.staged.set(Mutex::new(staged));
+    }
+
+    /// The segment as its writer wrote it: ahead of `summary` (what readers see) while a
+    /// sync is due under `defer_visibility`.
+    pub(crate) fn written(&self) -> SegmentSummary {
+        match self.staged.get() {
+            Some(s) => lock_staged(s).written,
+            None => self.summary(),
+        }
+    }
+
     /// Makes everything written so far durable. A failure poisons the topic: the kernel
     /// may have dropped the dirty pages, so a retry could report success falsely.
     pub fn sync(&self) -> Result<()> {
@@ -150,7 +215,7 @@ impl Segment {
             self.sync_written();
             return Err(stopped);
         }
-        let end = self.end();
+        let end = self.written().bytes;
         if self.synced.load(Ordering::Acquire) >= end {
             return Ok(());
         }
@@ -165,7 +230,7 @@ impl Segment {
     fn sync_written(&self) {
         let _one = self.sync_lock.lock().unwrap_or_else(|e| e.into_inner());
         if self.sync_failed.load(Ordering::Acquire)
-            || self.synced.load(Ordering::Acquire) >= self.end()
+            || self.synced.load(Ordering::Acquire) >= self.written().bytes
         {
             return;
         }
@@ -185,10 +250,20 @@ impl Segment {
     /// Syncs the file and marks `end` (read before) durable, one sync at a time: a failed
     /// one has set the poison before the next looks (that one's success may only mean the
     /// error was reported already). Blocks other syncs of this segment, never its reads
-    /// or appends.
+    /// or appends. Under `defer_visibility` it then shows readers what it covered.
     fn sync_to(&self, end: u64) -> Result<()> {
-        let _one = self.sync_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let one = self.sync_lock.lock().unwrap_or_else(|e| e.into_inner());
         self.check_poison()?;
+        // Taken before the sync: all of it was written before, so the sync covers it.
+        let staged = self.staged.get().map(|s| {
+            let mut s = lock_staged(s);
+            (
+                s.written,
+                std::mem::take(&mut s.entries),
+                s.visibility.clone(),
+            )
+        });
+        let end = staged.as_ref().map_or(end, |(w, _, _)| w.bytes.max(end));
         self.with_file(|f| f.sync_data()).inspect_err(|e| {
             self.sync_failed.store(true, Ordering::Release);
             let _ = self.poison.set(format!("sync failed: {e}"));
@@ -196,7 +271,21 @@ impl Segment {
         // Another file of the topic failed meanwhile: vouch for nothing more (a false
         // failure is safe, a false success is not).
         self.check_poison()?;
+        // Visible before `synced` says durable: a publisher that sees its sync done and
+        // returns finds its records readable (its consumers' wake-up finds them).
+        let shown = match staged {
+            Some((w, entries, visibility)) if w.next > self.next() => {
+                self.publish_progress(w, &entries);
+                visibility.bounds[1].fetch_max(w.next, Ordering::AcqRel);
+                Some(visibility)
+            }
+            _ => None,
+        };
         self.synced.fetch_max(end, Ordering::AcqRel);
+        drop(one);
+        if let Some(f) = shown.as_ref().and_then(|v| v.on_visible.get()) {
+            f();
+        }
         Ok(())
     }
 
@@ -539,6 +628,7 @@ impl Segment {
             } else {
                 SEGMENT_HEADER_LEN as u64
             }),
+            staged: OnceLock::new(),
             sync_lock: Mutex::new(()),
             max_body,
             poison,
@@ -551,27 +641,35 @@ impl Segment {
         }
     }
 
-    /// Called by the writer after appending `entries` and the bytes up to `end`.
-    pub(crate) fn publish_progress(
-        &self,
-        end: u64,
-        next: u64,
-        first_ts: u64,
-        last_ts: u64,
-        ids: u64,
-        entries: &[IndexEntry],
-    ) {
+    /// Called by the writer after appending `entries` and the bytes up to `end`. Under
+    /// `defer_visibility` only noted (readers see them after the next sync); returns
+    /// whether readers see them now.
+    pub(crate) fn written_to(&self, w: SegmentSummary, entries: &[IndexEntry]) -> bool {
+        debug_assert_eq!(w.base, self.base);
+        let Some(staged) = self.staged.get() else {
+            self.publish_progress(w, entries);
+            return true;
+        };
+        let mut s = lock_staged(staged);
+        debug_assert!(w.bytes >= s.written.bytes && w.next >= s.written.next);
+        s.entries.extend_from_slice(entries);
+        s.written = w;
+        false
+    }
+
+    /// Shows readers the records up to `w`'s end.
+    fn publish_progress(&self, w: SegmentSummary, entries: &[IndexEntry]) {
         if !entries.is_empty() {
             write_lock(&self.index).extend_from_slice(entries);
         }
         if self.is_empty() {
-            self.first_ts.store(first_ts, Ordering::Release);
+            self.first_ts.store(w.first_ts, Ordering::Release);
         }
-        self.last_ts.store(last_ts, Ordering::Release);
-        self.id_count.store(ids, Ordering::Release);
+        self.last_ts.store(w.last_ts, Ordering::Release);
+        self.id_count.store(w.id_count, Ordering::Release);
         // `end` before `next`: a reader that sees the new `next` also sees the bytes.
-        self.end.store(end, Ordering::Release);
-        self.next.store(next, Ordering::Release);
+        self.end.store(w.bytes, Ordering::Release);
+        self.next.store(w.next, Ordering::Release);
     }
 
     pub(crate) fn mark_sealed(&self) {
@@ -1739,6 +1837,10 @@ pub(crate) fn scan(
         r.end += cur as u64;
     }
     Ok(r)
+}
+
+fn lock_staged(m: &Mutex<Staged>) -> std::sync::MutexGuard<'_, Staged> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 pub(crate) fn read_lock<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {

@@ -260,8 +260,10 @@ pub struct Published {
     pub segment: Option<Arc<Segment>>,
     /// The segment must be durable up to here (covers de-duplication hits too).
     pub end: u64,
-    /// The topic, when this publish started holding records in memory (`Sync=Always`,
-    /// `TopicLog::append_held`): someone must call `Topic::write_held` before the sync.
+    /// The topic, under `Sync=Always` when this publish appended records that no earlier
+    /// publish's hand-over covers (it started holding records in memory,
+    /// `TopicLog::append_held`, or wrote them): the sync thread writes what is held and
+    /// syncs, which makes them visible, also if this publish is cancelled.
     pub held: Option<Arc<Topic>>,
     /// Nothing is held: this publish's records are visible to readers already.
     pub visible: bool,
@@ -295,22 +297,16 @@ impl std::fmt::Debug for Topic {
 }
 
 impl Topic {
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// Writes the records publishes left in memory (`Published::held`); whether there
-    /// were any. A failure poisons the topic, which the publishes waiting on them see.
-    pub fn write_held(&self) -> bool {
+    /// Writes the records publishes left in memory (`Published::held`); returns the
+    /// segment a sync must cover to make them (and records written without being held)
+    /// visible. A failure poisons the topic, which the publishes waiting on them see.
+    pub fn write_held(&self) -> Arc<Segment> {
         let mut w = lock(&self.writer);
-        if !w.log.holds() {
-            return false;
-        }
         if let Err(e) = w.log.write_held() {
             tracing::debug!(topic = %self.name, error = %e, "writing held records failed");
             w.forget_dropped();
         }
-        true
+        w.log.active().clone()
     }
 
     /// The groups of this topic, so that each can be locked without holding the map.
@@ -412,8 +408,9 @@ pub struct Engine {
     topics: RwLock<BTreeMap<String, Arc<Topic>>>,
     /// Told a topic's name when records became readable other than by a publish that
     /// returns (a dead-letter copy, held records written with it or by a publish that then
-    /// failed): the runtime wakes its consumers.
-    on_visible: std::sync::OnceLock<OnVisible>,
+    /// failed; under `Sync=Always` every record, once a sync made it visible): the runtime
+    /// wakes its consumers. Shared with each topic's log (`TopicLog::set_on_visible`).
+    on_visible: Arc<std::sync::OnceLock<OnVisible>>,
     _lock: DirLock,
 }
 
@@ -448,7 +445,7 @@ impl Engine {
             opts,
             catalog,
             topics: RwLock::new(BTreeMap::new()),
-            on_visible: std::sync::OnceLock::new(),
+            on_visible: Arc::new(std::sync::OnceLock::new()),
             _lock: dir_lock,
         };
         let mut names: Vec<String> = engine.catalog.topics()?.into_keys().collect();
@@ -558,8 +555,21 @@ impl Engine {
             index_interval_bytes: self.opts.index_interval_bytes,
             max_body: MAX_BODY,
             preallocate: self.opts.sync == crate::options::SyncPolicy::Always,
+            visible_when_synced: self.opts.sync == crate::options::SyncPolicy::Always,
             seal_in_background: self.opts.sync == crate::options::SyncPolicy::None,
         }
+    }
+
+    /// The topic's log, telling `on_visible` when a sync shows records (`Sync=Always`).
+    fn open_log(&self, name: &str, now_ms: u64) -> Result<TopicLog> {
+        let log = TopicLog::open(&self.fs, &self.topic_dir(name), self.log_config(), now_ms)?;
+        let (on_visible, topic) = (self.on_visible.clone(), name.to_owned());
+        log.set_on_visible(Box::new(move || {
+            if let Some(f) = on_visible.get() {
+                f(&topic);
+            }
+        }));
+        Ok(log)
     }
 
     fn open_topic(&self, name: &str, now_ms: u64) -> Result<Arc<Topic>> {
@@ -567,7 +577,7 @@ impl Engine {
             names::check(name).is_ok(),
             "{name:?}: publish trusts the map"
         );
-        let log = TopicLog::open(&self.fs, &self.topic_dir(name), self.log_config(), now_ms)?;
+        let log = self.open_log(name, now_ms)?;
         let reader = log.reader().clone();
         let mut dedup = Dedup::new(self.opts.dedup_window);
         if dedup.enabled() {
@@ -609,7 +619,7 @@ impl Engine {
             name.to_owned(),
             TopicRecord { created_ms: now_ms },
         )])?;
-        let mut log = TopicLog::open(&self.fs, &self.topic_dir(name), self.log_config(), now_ms)?;
+        let mut log = self.open_log(name, now_ms)?;
         // A leftover directory may hold an interrupted sealing.
         log.resume_sealing();
         let t = Arc::new(Topic {
@@ -780,8 +790,14 @@ impl Engine {
             segment: (self.opts.sync == crate::options::SyncPolicy::Always)
                 .then(|| w.log.active().clone()),
             end: w.log.end(),
-            held: (!held_before && w.log.holds()).then(|| t.clone()),
-            visible: !w.log.holds(),
+            // Under `Sync=Always` the sync thread makes them visible (`Published::held`).
+            held: {
+                // Held with earlier records: that publish's hand-over covers them.
+                let covered = held_before && w.log.holds();
+                (!appends.is_empty() && !w.log.visible_when_written() && !covered)
+                    .then(|| t.clone())
+            },
+            visible: w.log.visible_when_written() && !w.log.holds(),
         })
     }
 

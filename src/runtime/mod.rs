@@ -49,7 +49,8 @@ struct Inner {
     /// here, joins the ticker and releases the directory before it returns.
     engine: Arc<RwLock<Option<Arc<Engine>>>>,
     /// Woken on every publish to a topic and every change that frees a delivery (shared
-    /// with the sync thread, which wakes a topic's consumers when it writes held records).
+    /// with the engine, which wakes a topic's consumers when records become visible other
+    /// than by a publish: under `Sync=Always`, after the sync that covers them).
     notify: Arc<Notifiers>,
     syncer: Syncer,
     ticker: Ticker,
@@ -96,17 +97,17 @@ impl Spool {
         let ticking = options.clone();
         let engine = Arc::new(Engine::open(fs, options, now_ms())?);
         let notify = Arc::new(Notifiers::default());
-        // Records readable other than by a returning publish: the engine's and the sync
-        // thread's.
+        // Records readable other than by a returning publish (the engine's, and under
+        // `Sync=Always` every sync's that shows records).
         let wake = {
             let notify = notify.clone();
             move |topic: &str| notify.wake(topic)
         };
-        engine.set_on_visible(wake.clone());
+        engine.set_on_visible(wake);
         let inner = Arc::new(Inner {
             engine: Arc::new(RwLock::new(Some(engine))),
             notify,
-            syncer: Syncer::start(wake)?,
+            syncer: Syncer::start()?,
             ticker: Ticker::default(),
             sync,
         });
@@ -211,9 +212,10 @@ impl Spool {
     }
 
     /// After a publish, before any `.await` (so that a cancelled publish leaves nothing
-    /// behind): wakes the topic's consumers, or, if its records are held, hands the topic
-    /// to the sync thread, which writes them and then wakes them. (A failed publish that
-    /// wrote records wakes them in the engine: `Engine::set_on_visible`.)
+    /// behind): wakes the topic's consumers, or, under `Sync=Always`, hands the topic to
+    /// the sync thread, which writes what is held and syncs, and the sync that shows the
+    /// records wakes them (`Engine::set_on_visible`, as for a failed publish that wrote
+    /// records).
     fn published(&self, topic: &str, published: &crate::queue::Published) {
         if published.visible {
             self.wake(topic);

@@ -72,10 +72,6 @@ impl Waiters {
     }
 }
 
-/// Called with a topic's name after the thread wrote its held records (its consumers
-/// can read them now).
-type OnWritten = Box<dyn Fn(&str) + Send>;
-
 pub(crate) struct Syncer {
     join: Mutex<Option<JoinHandle<()>>>,
     /// The sync thread, to unpark (harmless once it has ended).
@@ -84,14 +80,13 @@ pub(crate) struct Syncer {
 }
 
 impl Syncer {
-    pub fn start(on_written: impl Fn(&str) + Send + 'static) -> Result<Syncer> {
+    pub fn start() -> Result<Syncer> {
         let waiters = Arc::new(Waiters::default());
-        let on_written: OnWritten = Box::new(on_written);
         let join = {
             let waiters = waiters.clone();
             std::thread::Builder::new()
                 .name("spool-sync".into())
-                .spawn(move || run(&waiters, &on_written))
+                .spawn(move || run(&waiters))
                 .map_err(|e| Error::io("starting the sync thread", e))?
         };
         Ok(Syncer {
@@ -101,8 +96,9 @@ impl Syncer {
         })
     }
 
-    /// Hands over a topic whose publish left records in memory (`Published::held`): the
-    /// thread writes them before its next sync. Called before the publish awaits.
+    /// Hands over a topic whose publish left records in memory or wrote them
+    /// (`Published::held`): the thread writes them before its next sync and syncs them,
+    /// which shows them to readers. Called before the publish awaits.
     pub fn hold(&self, topic: Arc<Topic>) {
         let w = &self.waiters;
         w.held.lock().unwrap_or_else(|e| e.into_inner()).push(topic);
@@ -164,7 +160,7 @@ impl Syncer {
     }
 }
 
-fn run(waiters: &Waiters, on_written: &OnWritten) {
+fn run(waiters: &Waiters) {
     // However the thread ends (a panic included), no publisher may wait for it forever.
     struct Stopped<'a>(&'a Waiters);
     impl Drop for Stopped<'_> {
@@ -213,14 +209,16 @@ fn run(waiters: &Waiters, on_written: &OnWritten) {
         }
         // Lowered only now: while it lingers, arrivals do not unpark it one by one.
         waiters.requested.store(false, Ordering::Release);
-        // Held records first, in one write per topic: this round's syncs cover them.
+        // Held records first, in one write per topic: this round's syncs cover them (and
+        // show them to readers, also if their publishes were cancelled).
         std::mem::swap(
             &mut held,
             &mut waiters.held.lock().unwrap_or_else(|e| e.into_inner()),
         );
         for t in held.drain(..) {
-            if t.write_held() {
-                on_written(t.name());
+            let seg = t.write_held();
+            if !segments.iter().any(|s| Arc::ptr_eq(s, &seg)) {
+                segments.push(seg);
             }
         }
         // One sync per distinct segment with a waiter; `Segment::sync` skips work already
@@ -267,7 +265,7 @@ mod tests {
             headers_len: crate::format::record::headers_len(&headers),
         };
         log.append(&[m], 0).expect("append");
-        log.active().end()
+        log.end()
     }
 
     /// A log of 1 MiB segments (no roll in these tests), a sync thread and a runtime.
@@ -283,10 +281,11 @@ mod tests {
             index_interval_bytes: 4096,
             max_body: 1 << 16,
             preallocate: true,
+            visible_when_synced: true,
             seal_in_background: false,
         };
         let log = TopicLog::open(&Fs::real(), dir.path(), cfg, 0).expect("open");
-        let syncer = Arc::new(Syncer::start(|_| {}).expect("start"));
+        let syncer = Arc::new(Syncer::start().expect("start"));
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_time()
