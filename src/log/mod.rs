@@ -299,8 +299,8 @@ pub struct TopicLog {
     /// The index entries of the batch being appended (kept: no allocation per append).
     entries: Vec<IndexEntry>,
     /// Records `append_held` encoded into `buf` and not written yet: `write_held` writes
-    /// them, as does the next `append`, `sync` or
-    /// `quiesce`. Always on the active segment: a roll writes them first.
+    /// them, as does the next `append`, `sync` or `quiesce`. Always on the active
+    /// segment: a roll writes them first.
     held: Option<Pending>,
     /// The newest timestamp of a written record (held ones are in `held`, whose `last_ts`
     /// the next append goes on from). A new segment's records are
