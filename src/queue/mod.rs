@@ -1007,7 +1007,7 @@ impl Engine {
         let lease = if careful {
             Lease::Wait(g.lease_end)
         } else {
-            g.lease_for(offset, std::time::Instant::now)
+            g.lease_for(offset, offset + 1 >= log_next, std::time::Instant::now)
         };
         match lease {
             Lease::Wait(lease_end) => {
@@ -1045,6 +1045,8 @@ impl Engine {
                     }),
                 );
             }
+            // The ticker's next commit of the group carries the lease (`commit_groups`).
+            Lease::Defer => g.dirty = true,
             Lease::Covered => {}
         }
         if std::mem::take(owed) {
@@ -1657,6 +1659,9 @@ impl Engine {
         // the lock is released must land after it (ops taken for all groups and queued at
         // the end could undo a reset and a nack committed in between).
         let mut queued = self.catalog.queue();
+        // Each image carries its group's lease: once durable, hand-outs may use it (a
+        // deferred extension, `Lease::Defer`, lands this way).
+        let mut leases = Vec::new();
         for t in self.all_topics() {
             for (name, g) in t.groups_snapshot() {
                 let mut g = g.lock();
@@ -1669,10 +1674,15 @@ impl Engine {
                         }
                     }
                     queued.push(group_ops(&t.name, &name, &mut g));
+                    leases.push((g.lease_durable.clone(), g.lease_end));
                 }
             }
         }
-        queued.wait()
+        queued.wait()?;
+        for (durable, end) in leases {
+            durable.fetch_max(end, Ordering::AcqRel);
+        }
+        Ok(())
     }
 
     /// Applies retention to every topic; forgets de-duplication ids of deleted records.
@@ -1836,6 +1846,49 @@ mod tests {
             previous = Some(h.ticket());
         }
         assert_eq!(lent_seen, 0, "nothing is lent unless asked");
+        e.close().expect("close");
+    }
+
+    /// A consumer that keeps up with its producer (each hand-out the log's last record)
+    /// leaves its lease extensions to the ticker's commit of the group, and when no
+    /// ticker commit comes, commits them itself before they are needed: every hand-out
+    /// stays below the catalog's lease either way.
+    #[test]
+    fn a_consumer_at_the_logs_end_leaves_its_extensions_to_the_ticker() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut o = Options::new(dir.path());
+        o.sync = crate::SyncPolicy::None;
+        let e = Engine::open(Fs::real(), o, 1).expect("open");
+        let (body, h) = ([1u8; 8], Headers::new());
+        let r = e.register_consumer("t", "g", 1, 1).expect("consumer");
+        let catalog_lease = || {
+            // Everything queued before is committed once a later commit returns (this one
+            // deletes an attempt row that does not exist).
+            let noop = Op::DeleteAttempt("t".into(), "g".into(), u64::MAX);
+            e.catalog.commit(&[noop]).expect("commit");
+            e.catalog.groups().expect("groups")[&("t".to_owned(), "g".to_owned())].lease_end
+        };
+        let mut previous = None;
+        for i in 0..3 * LEASE_RECORDS + 7 {
+            e.publish("t", &[(&body[..], &h)], 1).expect("publish");
+            let d = e
+                .next_delivery(&r, previous, false)
+                .expect("hand-out")
+                .expect("a record");
+            assert_eq!(d.record.offset, i);
+            let lease = catalog_lease();
+            assert!(
+                i < lease,
+                "offset {i} handed out above the catalog's lease {lease}"
+            );
+            if i == LEASE_RECORDS / 2 {
+                // The first extension point: left to the ticker, which carries it.
+                assert_eq!(lease, LEASE_RECORDS, "the hand-out committed no extension");
+                e.commit_groups(false).expect("the ticker's commit");
+                assert_eq!(catalog_lease(), LEASE_RECORDS / 2 + LEASE_RECORDS);
+            }
+            previous = Some(d.ticket());
+        }
         e.close().expect("close");
     }
 
