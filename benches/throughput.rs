@@ -560,8 +560,9 @@ fn spool_publish_concurrent(count: usize, size: usize, producers: usize) -> Stat
 
 /// `spool_publish_concurrent` on a topic in the steady state of a long-lived one whose
 /// consumers keep up: retention deleted its old segments and kept their files for the
-/// rolls to overwrite (no zeros ahead, see README). Untimed before the run: three rolls
-/// (the last one into a kept file, which the run then fills) and retention twice.
+/// rolls to overwrite (no zeros ahead, see benches/FINDINGS.md). Untimed before the run:
+/// three rolls (the last one into a kept file, which the run then fills) and retention
+/// twice.
 /// Retention deletes every sealed segment (`Retention Bytes=1`); no roll during the run
 /// (as in the fresh topic's).
 fn spool_publish_concurrent_steady(count: usize, size: usize, producers: usize) -> Stat {
@@ -1117,7 +1118,7 @@ fn main() {
             "publish 1KiB sync=always 64 producers (steady state)",
             || spool_publish_concurrent_steady(n(32_000), 1024, 64),
         ),
-        // What bounds 64 producers: all 64 share each sync (see README).
+        // What bounds 64 producers: all 64 share each sync (see benches/FINDINGS.md).
         w(ZEROS_AHEAD, || raw_sync_writes(n(1_000), 64 * 1024, true)),
         w(ZEROED_BEFORE, || {
             raw_sync_writes(n(1_000), 64 * 1024, false)
@@ -1213,7 +1214,8 @@ fn main() {
     }
     // The producer spinning between sends, as this bench's producer did until 2026-11-30:
     // its CPU never idles, so every wake-up lands on the other CPU, which has halted
-    // (see README: tens of microseconds on a virtual machine without halt polling).
+    // (see benches/FINDINGS.md: tens of microseconds on a virtual machine without halt
+    // polling).
     lat.push(w(
         "latency publish->recv 10k/s 100B sync=none (producer spins)",
         || spool_latency(n(20_000), 100, 10_000, Duration::ZERO, true),

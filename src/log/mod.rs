@@ -789,7 +789,7 @@ impl TopicLog {
     /// `append`, but the records stay in memory (`write_held`) unless they reach
     /// `HOLD_MAX_BYTES` or a roll: when every append is synced, the sync thread writes a
     /// cohort's records in one write just before its sync, so no write lands in the file
-    /// while a sync runs (each cost the sync time, see README, Performance).
+    /// while a sync runs (each cost the sync time, see benches/FINDINGS.md).
     pub fn append_held(&mut self, msgs: &[Append<'_>], now_ms: u64) -> Result<u64> {
         self.append_inner(msgs, now_ms, true)
     }
@@ -976,7 +976,7 @@ impl TopicLog {
 
     /// Extends the active segment with zeros past `need` (up to the segment size). An
     /// in-place overwrite with `fdatasync` skips the metadata journal commit that an
-    /// append with `fdatasync` pays (measured on ext4: see README, Performance).
+    /// append with `fdatasync` pays (measured on ext4: see benches/FINDINGS.md).
     /// Recovery treats a zero tail as free space, not damage.
     fn preallocate(&mut self, need: u64) -> Result<()> {
         let target = need
