@@ -503,6 +503,7 @@ impl Group {
         self.lease_end = to;
         self.lease_durable = Arc::new(AtomicU64::new(to));
         self.lease_requested = 0;
+        self.extend_deferred = false;
         self.cursor = to;
         self.read_pos = to;
         self.in_flight.clear();
