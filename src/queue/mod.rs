@@ -1814,14 +1814,20 @@ mod tests {
     use crate::catalog::GroupRecord;
     use group::LEASE_RECORDS;
 
-    /// Every hand-out is below the lease the catalog holds at that moment, also while the
-    /// lease is extended ahead of need without waiting (so a crash can always be blamed).
-    #[test]
-    fn every_hand_out_is_below_the_durable_lease_in_the_catalog() {
+    /// An engine under `Sync=None` on a real temporary directory (kept alive by the guard).
+    fn engine_on_disk() -> (tempfile::TempDir, Engine) {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut o = Options::new(dir.path());
         o.sync = crate::SyncPolicy::None;
         let e = Engine::open(Fs::real(), o, 1).expect("open");
+        (dir, e)
+    }
+
+    /// Every hand-out is below the lease the catalog holds at that moment, also while the
+    /// lease is extended ahead of need without waiting (so a crash can always be blamed).
+    #[test]
+    fn every_hand_out_is_below_the_durable_lease_in_the_catalog() {
+        let (_dir, e) = engine_on_disk();
         let n = 3 * LEASE_RECORDS + 7;
         let body = [1u8; 8];
         let h = Headers::new();
@@ -1855,10 +1861,7 @@ mod tests {
     /// stays below the catalog's lease either way.
     #[test]
     fn a_consumer_at_the_logs_end_leaves_its_extensions_to_the_ticker() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let mut o = Options::new(dir.path());
-        o.sync = crate::SyncPolicy::None;
-        let e = Engine::open(Fs::real(), o, 1).expect("open");
+        let (_dir, e) = engine_on_disk();
         let (body, h) = ([1u8; 8], Headers::new());
         let r = e.register_consumer("t", "g", 1, 1).expect("consumer");
         let catalog_lease = || {
