@@ -47,6 +47,45 @@ struct Stat {
     /// Its rate was set by pacing (a latency workload): its rounds differ in their
     /// latencies, not their throughput, so the median round is the median by p99.
     paced: bool,
+    /// The share of the machine's CPU time the hypervisor took during the run (`steal`
+    /// in `/proc/stat`; none where that file is missing): a virtual machine's latency
+    /// tail follows it, spool's or not.
+    steal_pct: Option<f64>,
+}
+
+/// `(steal, total)` CPU ticks from the first line of `/proc/stat`, if it can be read.
+fn cpu_ticks() -> Option<(u64, u64)> {
+    let text = std::fs::read_to_string("/proc/stat").ok()?;
+    let fields: Vec<u64> = text
+        .lines()
+        .next()?
+        .split_whitespace()
+        .skip(1)
+        .take(8)
+        .map(|f| f.parse().ok())
+        .collect::<Option<_>>()?;
+    // user nice system idle iowait irq softirq steal (guest time is inside user).
+    Some((*fields.get(7)?, fields.iter().sum()))
+}
+
+/// "; host steal X% in that round", or nothing where steal is not known.
+fn steal_note(s: &Stat) -> String {
+    s.steal_pct
+        .map(|p| format!("; host steal {p:.1}% in that round"))
+        .unwrap_or_default()
+}
+
+/// Runs `f` and notes the steal time during it.
+fn with_steal(f: impl FnOnce() -> Stat) -> Stat {
+    let before = cpu_ticks();
+    let s = f();
+    let steal_pct = match (before, cpu_ticks()) {
+        (Some((s0, t0)), Some((s1, t1))) if t1 > t0 => {
+            Some(s1.saturating_sub(s0) as f64 * 100.0 / (t1 - t0) as f64)
+        }
+        _ => None,
+    };
+    Stat { steal_pct, ..s }
 }
 
 /// A workload: its name and how to run it once.
@@ -77,7 +116,7 @@ impl Report {
         workloads.retain(|(name, _)| self.wants(name) && !self.runs.contains_key(name));
         for _ in 0..runs() {
             for (name, f) in &mut workloads {
-                let s = f();
+                let s = with_steal(f);
                 self.runs.entry(name.clone()).or_default().push(s);
             }
         }
@@ -107,7 +146,7 @@ impl Report {
     /// Prints the run with the median throughput.
     fn print(&self, name: &str) {
         let s = self.median(name).unwrap_or_default();
-        let lat = if s.p50_us > 0.0 {
+        let mut lat = if s.p50_us > 0.0 {
             format!(
                 "  p50 {:>8.1} µs  p99 {:>8.1} µs  p99.9 {:>8.1} µs",
                 s.p50_us, s.p99_us, s.p999_us
@@ -115,6 +154,9 @@ impl Report {
         } else {
             String::new()
         };
+        if let (true, Some(steal)) = (s.paced, s.steal_pct) {
+            lat.push_str(&format!("  host steal {steal:.1}%"));
+        }
         println!(
             "{name:<48} {:>12.0} msg/s {:>9.1} MB/s{lat}",
             s.msgs_per_s, s.mb_per_s
@@ -1371,8 +1413,9 @@ fn main() {
             {
                 let verdict = if l.p99_us < 100.0 { "meets" } else { "MISSES" };
                 println!(
-                    "  publish->recv {label} p99 at 10k/s, producer sleeps {how:<9}: {:.1} µs ({lo:.1}-{hi:.1}; target < 100 µs: {verdict})",
-                    l.p99_us
+                    "  publish->recv {label} p99 at 10k/s, producer sleeps {how:<9}: {:.1} µs ({lo:.1}-{hi:.1}{}; target < 100 µs: {verdict})",
+                    l.p99_us,
+                    steal_note(&l)
                 );
             }
         }
@@ -1380,15 +1423,19 @@ fn main() {
     for how in ["parks", "spins"] {
         if let Some(l) = r.median(&format!("latency bare handoff 10k/s (consumer {how})")) {
             println!(
-                "  ... the machine's floor, no spool (bare handoff, consumer {how}): p50 {:.1} µs, p99 {:.1} µs",
-                l.p50_us, l.p99_us
+                "  ... the machine's floor, no spool (bare handoff, consumer {how}): p50 {:.1} µs, p99 {:.1} µs{}",
+                l.p50_us,
+                l.p99_us,
+                steal_note(&l)
             );
         }
     }
     if let Some(l) = r.median(TOKIO_HANDOFF) {
         println!(
-            "  ... the floor of a parked recv, no spool (tokio Notify on the same runtime): p50 {:.1} µs, p99 {:.1} µs",
-            l.p50_us, l.p99_us
+            "  ... the floor of a parked recv, no spool (tokio Notify on the same runtime): p50 {:.1} µs, p99 {:.1} µs{}",
+            l.p50_us,
+            l.p99_us,
+            steal_note(&l)
         );
     }
 }
