@@ -133,6 +133,9 @@ pub trait Snapshotter: Send + Sync + std::fmt::Debug {
     /// The ops that persist the current state; `None` while its lock is held (the holder
     /// may be waiting for this very committer, so the committer must never block on it).
     fn try_ops(&self) -> Option<Vec<Op>>;
+    /// The ops `try_ops` last returned are durable: called by the committer once the
+    /// commit that carried them succeeded, before the acks it decides are told.
+    fn landed(&self) {}
     /// The same for every snapshotter of the same state: one snapshot serves them all.
     fn key(&self) -> usize;
 }
@@ -531,13 +534,17 @@ fn run_committer(db: &Database, rx: &mpsc::Receiver<Msg>, acks: &AckWatch) {
         // One image per state, taken now: after every change its tickets stand for.
         let mut keys = std::collections::HashSet::new();
         let mut taken = Vec::new();
+        let mut took = Vec::new();
         let mut busy = Vec::new();
         for s in waiting.drain(..) {
             if !keys.insert(s.key()) {
                 continue;
             }
             match s.try_ops() {
-                Some(ops) => taken.extend(ops),
+                Some(ops) => {
+                    taken.extend(ops);
+                    took.push(s);
+                }
                 None => busy.push(s),
             }
         }
@@ -559,6 +566,11 @@ fn run_committer(db: &Database, rx: &mpsc::Receiver<Msg>, acks: &AckWatch) {
         }
         if !jobs.is_empty() || !taken.is_empty() {
             let result = apply(db, &jobs, &taken, &mut written).map_err(|e| e.to_string());
+            if result.is_ok() {
+                for s in &took {
+                    s.landed();
+                }
+            }
             for job in jobs {
                 (job.done)(result.clone());
             }

@@ -41,8 +41,9 @@ pub enum Lease {
     Wait(u64),
     /// Hand out now; commit an image carrying this (larger) lease without waiting.
     Extend(u64),
-    /// Hand out now; the group's memory now holds a larger lease for the ticker's next
-    /// commit of its image to carry (mark the group dirty; see [`Group::extend_deferred`]).
+    /// Hand out now; the group's memory now holds a larger lease for the next commit of
+    /// its image to carry, the ticker's or a durable ack's (mark the group dirty; see
+    /// [`Group::extend_deferred`]).
     Defer,
     /// The hand-out is below the durable lease and far from its end.
     Covered,
@@ -96,10 +97,11 @@ pub struct Group {
     pub lease_step: u64,
     /// When the lease was last extended without waiting.
     pub lease_extended_at: Option<Instant>,
-    /// The last extension was left for the ticker's commit of the group ([`Lease::Defer`]):
-    /// its consumer was at the log's end, about to park, and a catalog thread woken from
-    /// it takes its CPU for the commit's few hundred microseconds (measured: every
-    /// extension held up the next delivery of a paced 10 k/s consumer by 300-400 µs).
+    /// The last extension was left for the next commit of the group's image, the ticker's
+    /// or a durable ack's ([`Lease::Defer`]): its consumer was at the log's end, about to
+    /// park, and a catalog thread woken from it takes its CPU for the commit's few hundred
+    /// microseconds (measured: every extension made the next delivery of a paced 10 k/s
+    /// consumer 300-480 µs late).
     /// An eighth of a lease before the durable one runs out it is committed at once after
     /// all: the ticker commits every 100 ms by default, and from half a lease (2,048
     /// records) to an eighth, a consumer at 10 k/s has 150 ms for it.

@@ -348,6 +348,9 @@ struct GroupSnapshotter {
     topic: String,
     name: Arc<str>,
     group: Arc<GroupCell>,
+    /// The lease the last image taken carries, and the cell it makes durable once landed
+    /// (a reset replaces the cell: an image from before it raises the old one).
+    lease: Mutex<Option<(Arc<AtomicU64>, u64)>>,
 }
 
 impl Snapshotter for GroupSnapshotter {
@@ -355,7 +358,16 @@ impl Snapshotter for GroupSnapshotter {
         let mut g = self.group.try_lock()?;
         // Under the lock, with the image: an ack after this queues the snapshotter again.
         g.snapshot_queued = false;
+        *lock(&self.lease) = Some((g.lease_durable.clone(), g.lease_end));
         Some(group_ops(&self.topic, &self.name, &mut g))
+    }
+
+    // Every durable image carries the group's lease: an ack's commit lands a deferred
+    // extension (`Lease::Defer`) as the ticker's would.
+    fn landed(&self) {
+        if let Some((durable, end)) = lock(&self.lease).take() {
+            durable.fetch_max(end, Ordering::AcqRel);
+        }
     }
 
     fn key(&self) -> usize {
@@ -918,6 +930,7 @@ impl Engine {
                 topic: t.name.clone(),
                 name: name.clone(),
                 group: g.clone(),
+                lease: Mutex::new(None),
             }),
             topic: t,
             group: g,
@@ -1045,7 +1058,8 @@ impl Engine {
                     }),
                 );
             }
-            // The ticker's next commit of the group carries the lease (`commit_groups`).
+            // The next commit of the group's image carries the lease: the ticker's
+            // (`commit_groups`) or a durable ack's (`GroupSnapshotter::landed`).
             Lease::Defer => g.dirty = true,
             Lease::Covered => {}
         }
@@ -1892,6 +1906,46 @@ mod tests {
             }
             previous = Some(d.ticket());
         }
+        e.close().expect("close");
+    }
+
+    /// A manual-ack consumer at the log's end: its durable acks commit the group's image,
+    /// which carries the deferred lease, so an ack's commit lands the extension (no
+    /// ticker commit, and none from the hand-out path before it is needed).
+    #[test]
+    fn an_acks_commit_lands_a_deferred_extension() {
+        let (_dir, e) = engine_on_disk();
+        let (body, h) = ([1u8; 8], Headers::new());
+        let r = e.register_consumer("t", "g", 1, 1).expect("consumer");
+        for i in 0..=LEASE_RECORDS / 2 {
+            e.publish("t", &[(&body[..], &h)], 1).expect("publish");
+            let d = e
+                .next_delivery(&r, None, false)
+                .expect("hand-out")
+                .expect("a record");
+            assert_eq!(d.record.offset, i);
+            let ticket = e
+                .ack_delivery(&r, d.ticket(), true)
+                .expect("ack")
+                .expect("a durable ack's ticket");
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while e.ack_watch().outcome(ticket).is_none() {
+                assert!(std::time::Instant::now() < deadline, "ack {i} never landed");
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            }
+            assert_eq!(e.ack_watch().outcome(ticket), Some(Ok(())));
+        }
+        let g = r.group.lock();
+        assert!(
+            g.extend_deferred,
+            "the extension at the log's end was deferred"
+        );
+        assert_eq!(
+            g.lease_durable.load(Ordering::Acquire),
+            LEASE_RECORDS / 2 + LEASE_RECORDS,
+            "the ack's commit made the deferred lease durable"
+        );
+        drop(g);
         e.close().expect("close");
     }
 
