@@ -16,7 +16,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use super::tests::sim_cfg;
+use super::test_support::sim_cfg;
 use super::{Append, LogConfig, TopicLog};
 use crate::Headers;
 use crate::format::record;

@@ -11,8 +11,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
-use super::tests::{append_all, append_one};
-use super::{LogConfig, PREALLOCATE_BYTES, TopicLog, segment};
+use super::append::PREALLOCATE_BYTES;
+use super::test_support::{append_all, append_one};
+use super::{LogConfig, TopicLog, segment};
 use crate::Headers;
 use crate::format::record;
 use crate::format::segment::SEGMENT_HEADER_LEN;

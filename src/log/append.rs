@@ -1,0 +1,468 @@
+//! Appending records to the active segment: encoding a batch, holding it for the sync
+//! thread, writing it with zeros ahead, and the index entries that go with it.
+//!
+//! **Invariant:** records get dense offsets and timestamps that never go back; a record
+//! over the body ceiling is refused before anything of its batch is written.
+
+use super::*;
+
+/// Background write-back granularity when appends are not synced one by one.
+const WRITE_BACK_BYTES: u64 = 8 << 20;
+
+/// The most bytes of records `append_held` keeps in memory: a bigger batch is written
+/// by its publisher (its own write, as big as one cohort's).
+pub(super) const HOLD_MAX_BYTES: usize = 256 << 10;
+
+/// Zeros written ahead of the records at a time.
+pub(super) const PREALLOCATE_BYTES: u64 = 1 << 20;
+/// Zeros past each write into a reused file (`stale_until`): a frame's length field and
+/// crc, so that a scan stops there ("frame shorter than a record body").
+const TERMINATOR_BYTES: u64 = record::FRAME_HEADER_LEN as u64;
+/// What `write_zeros` writes, a chunk at a time (static: no allocation per chunk).
+static ZEROS: [u8; PREALLOCATE_BYTES as usize] = [0; PREALLOCATE_BYTES as usize];
+/// The page cache's unit: the zeros ahead of records into a reused file go to its end.
+const PAGE_BYTES: u64 = 4096;
+
+impl TopicLog {
+    /// Appends `msgs` (already validated) with timestamps `max(now, previous)`. Returns
+    /// the first offset; the rest follow densely. One `write` per segment touched.
+    pub fn append(&mut self, msgs: &[Append<'_>], now_ms: u64) -> Result<u64> {
+        self.append_inner(msgs, now_ms, false)
+    }
+
+    /// `append`, but the records stay in memory (`write_held`) unless they reach
+    /// `HOLD_MAX_BYTES` or a roll: when every append is synced, the sync thread writes a
+    /// cohort's records in one write just before its sync, so no write lands in the file
+    /// while a sync runs (each cost the sync time, see benches/FINDINGS.md).
+    pub fn append_held(&mut self, msgs: &[Append<'_>], now_ms: u64) -> Result<u64> {
+        self.append_inner(msgs, now_ms, true)
+    }
+
+    /// Writes the records `append_held` left in memory (readers see them now, or under
+    /// `visible_when_synced` after the sync that covers them). After a failure (which
+    /// poisons the log) they are dropped.
+    pub fn write_held(&mut self) -> Result<()> {
+        let Some(mut p) = self.held.take() else {
+            return Ok(());
+        };
+        let written = match self.check_poison() {
+            Ok(()) => self.flush(&mut p),
+            Err(e) => {
+                self.buf.clear();
+                self.index_buf.clear();
+                Err(e)
+            }
+        };
+        p.entries.clear();
+        self.entries = p.entries;
+        written
+    }
+
+    fn append_inner(&mut self, msgs: &[Append<'_>], now_ms: u64, hold: bool) -> Result<u64> {
+        self.check_poison()?;
+        // A record over the ceiling would be written but never read back (every read and
+        // recovery takes it for damage): refuse the batch before any of it is written.
+        for m in msgs {
+            let body = record::BODY_FIXED_LEN + m.headers_len + m.payload.len();
+            if body > self.cfg.max_body {
+                return Err(Error::MessageTooLarge {
+                    size: body,
+                    max: self.cfg.max_body,
+                });
+            }
+        }
+        let mut pending = match self.held.take() {
+            Some(p) => p,
+            None => Pending::start(
+                &self.active,
+                std::mem::take(&mut self.entries),
+                self.newest_ts,
+            ),
+        };
+        let first = pending.next;
+        for m in msgs {
+            let hlen = m.headers_len;
+            debug_assert_eq!(hlen, record::headers_len(m.headers));
+            let frame = (record::RECORD_OVERHEAD + hlen + m.payload.len()) as u64;
+            if pending.next > self.active.base && pending.end + frame > self.cfg.segment_bytes {
+                self.flush(&mut pending)?;
+                self.roll(now_ms)?;
+                let entries = std::mem::take(&mut pending.entries);
+                pending = Pending::start(&self.active, entries, self.newest_ts);
+            }
+            let ts = now_ms.max(pending.last_ts);
+            let position = pending.end;
+            if wants_entry(self.last_entry, position, self.cfg.index_interval_bytes) {
+                let e = IndexEntry {
+                    offset: pending.next,
+                    position,
+                    timestamp_ms: ts,
+                    ids_before: pending.ids,
+                };
+                encode_entry(&e, &mut self.index_buf);
+                pending.entries.push(e);
+                self.last_entry = Some(position);
+            }
+            let n = record::encode(&mut self.buf, pending.next, ts, m.headers, m.payload);
+            debug_assert_eq!(n as u64, frame);
+            if pending.next == self.active.base {
+                pending.first_ts = ts;
+            }
+            pending.end += frame;
+            pending.next += 1;
+            pending.last_ts = ts;
+            if m.headers.contains_key(MESSAGE_ID_HEADER) {
+                pending.ids += 1;
+            }
+        }
+        if hold && self.buf.len() < HOLD_MAX_BYTES {
+            self.held = Some(pending);
+        } else {
+            self.flush(&mut pending)?;
+            self.entries = pending.entries;
+        }
+        Ok(first)
+    }
+
+    /// Writes the buffered records and index entries; readers see them now, or under
+    /// `visible_when_synced` after the sync that covers them.
+    pub(super) fn flush(&mut self, p: &mut Pending) -> Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let at = self.active.written().bytes;
+        let need = at + self.buf.len() as u64;
+        if self.cfg.preallocate
+            && need > self.allocated
+            && let Err(e) = self.preallocate(need)
+        {
+            let _ = self.poison.set(format!("write failed: {e}"));
+            self.buf.clear();
+            self.index_buf.clear();
+            return Err(e);
+        }
+        // Old bytes below `stale_until`: zeros first, over the records' range and a frame
+        // header past it, then the records. A kill can cut a write short at any page (the
+        // kernel stops copying at a fatal signal), so only zeros may follow the whole
+        // records that such a write leaves (a power cut tearing the unsynced writes is
+        // README's known limit). To the end of a page: that page is written back with the
+        // records anyway, and the next records into it need no zeros of their own.
+        debug_assert!(at >= self.stale_until || self.zeroed_to >= at);
+        let want = (need + TERMINATOR_BYTES).min(self.stale_until);
+        let zeroed = if want > self.zeroed_to {
+            let to = want.next_multiple_of(PAGE_BYTES).min(self.stale_until);
+            let from = std::mem::replace(&mut self.zeroed_to, to);
+            write_zeros(&self.active, from, to)
+        } else {
+            Ok(())
+        };
+        if let Err(e) =
+            zeroed.and_then(|()| self.active.with_file(|f| f.write_all_at(&self.buf, at)))
+        {
+            let _ = self.poison.set(format!("write failed: {e}"));
+            self.buf.clear();
+            self.index_buf.clear();
+            return Err(e);
+        }
+        self.buf.clear();
+        if !self.index_buf.is_empty() {
+            // The index is a cache: if this write is lost, open rebuilds the tail.
+            let at = self.index_count * INDEX_ENTRY_LEN as u64;
+            self.index_count += p.entries.len() as u64;
+            let r = self.index_file.write_all_at(&self.index_buf, at);
+            self.index_buf.clear();
+            if let Err(e) = r {
+                tracing::warn!(error = %e, "index write failed; it will be rebuilt on open");
+            }
+        }
+        let written = SegmentSummary {
+            base: self.active.base,
+            next: p.next,
+            bytes: p.end,
+            first_ts: p.first_ts,
+            last_ts: p.last_ts,
+            id_count: p.ids,
+        };
+        if self.active.written_to(written, &p.entries) {
+            self.reader.bounds[1].store(p.next, Ordering::Release);
+        }
+        // Here, where every record is written: a batch whose roll failed after its first
+        // part was written still sets the floor of what comes next.
+        debug_assert!(p.last_ts >= self.newest_ts);
+        self.newest_ts = p.last_ts;
+        p.entries.clear();
+        if p.end >= self.cfg.segment_bytes / 2 {
+            self.start_spare();
+        }
+        // Under Sync=Interval (no sync per append, a sync in the roll), write back in the
+        // background every few MiB, so that the sync at the roll finds little left and does
+        // not stall the writer for a whole segment's worth of dirty pages. Under Sync=None
+        // the roll does not sync (`seal_in_background`), and these syncs only competed with
+        // the writer (measured: 6.0-6.7 M msg/s with them, 7.2-7.5 M without).
+        if !self.cfg.preallocate
+            && !self.cfg.seal_in_background
+            && p.end / WRITE_BACK_BYTES > at / WRITE_BACK_BYTES
+        {
+            let seg = self.active.clone();
+            let spawned = std::thread::Builder::new()
+                .name("spool-writeback".into())
+                .spawn(move || {
+                    if let Err(e) = seg.sync() {
+                        tracing::error!(error = %e, "background write-back failed");
+                    }
+                });
+            if let Err(e) = spawned {
+                tracing::warn!(error = %e, "could not start a write-back thread; the roll will sync");
+            }
+        }
+        Ok(())
+    }
+
+    /// Extends the active segment with zeros past `need` (up to the segment size). An
+    /// in-place overwrite with `fdatasync` skips the metadata journal commit that an
+    /// append with `fdatasync` pays (measured on ext4: see benches/FINDINGS.md).
+    /// Recovery treats a zero tail as free space, not damage.
+    pub(super) fn preallocate(&mut self, need: u64) -> Result<()> {
+        let target = need
+            .max((need + PREALLOCATE_BYTES).min(self.cfg.segment_bytes))
+            .max(self.allocated);
+        write_zeros(&self.active, self.allocated, target)?;
+        self.allocated = target;
+        Ok(())
+    }
+}
+
+/// The active segment's state while a batch is being encoded.
+#[derive(Debug)]
+pub(super) struct Pending {
+    pub(super) end: u64,
+    pub(super) next: u64,
+    first_ts: u64,
+    last_ts: u64,
+    ids: u64,
+    entries: Vec<IndexEntry>,
+}
+
+impl Pending {
+    /// `entries`: an empty list to fill (its capacity is reused). `newest_ts`: the log's
+    /// newest timestamp (`TopicLog::newest_ts`), the floor of the records' stamps; it is
+    /// not the segment's `last_ts` until a record of it is written.
+    pub(super) fn start(seg: &Segment, entries: Vec<IndexEntry>, newest_ts: u64) -> Pending {
+        debug_assert!(entries.is_empty());
+        let s = seg.written();
+        Pending {
+            end: s.bytes,
+            next: s.next,
+            first_ts: s.first_ts,
+            last_ts: s.last_ts.max(newest_ts),
+            ids: s.id_count,
+            entries,
+        }
+    }
+}
+
+/// Writes zeros over `[from, to)` of `seg`'s file (not synced).
+fn write_zeros(seg: &Segment, from: u64, to: u64) -> Result<()> {
+    let mut at = from;
+    while at < to {
+        let n = (to - at).min(ZEROS.len() as u64) as usize;
+        seg.with_file(|f| f.write_all_at(&ZEROS[..n], at))?;
+        at += n as u64;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::log::test_support::*;
+
+    /// The offset of the record an old payload forges in `ending_at_a_forged_frame`.
+    const FORGED: u64 = 13;
+
+    /// A record over `max_body` would be written and then taken for damage by every read
+    /// and by recovery: the whole batch is refused before any of it is written.
+    #[test]
+    fn a_record_over_the_ceiling_is_refused_and_nothing_of_its_batch_is_written() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cfg = always_cfg();
+        let mut log = TopicLog::open(&Fs::real(), dir.path(), cfg, 0).expect("open");
+        append_one(&mut log, b"before");
+        let headers = Headers::new();
+        let payloads = [vec![1u8; 10], vec![2u8; cfg.max_body]];
+        let err = log
+            .append(&batch_of(&payloads, &headers), 0)
+            .expect_err("over the ceiling");
+        assert!(matches!(err, Error::MessageTooLarge { .. }), "{err:?}");
+        assert_eq!(log.next(), 1, "nothing of the batch appended");
+        assert_eq!(append_one(&mut log, b"after"), 1);
+        drop(log);
+        let log = TopicLog::open(&Fs::real(), dir.path(), cfg, 0).expect("reopen");
+        let read = log.reader().read(0, 10, usize::MAX).expect("read");
+        let payloads: Vec<&[u8]> = read.iter().map(|r| &r.payload()[..]).collect();
+        assert_eq!(payloads, [&b"before"[..], &b"after"[..]]);
+    }
+
+    /// Held records (`append_held`) have their offsets and count in `next`/`end`, but
+    /// nothing reaches the file until `write_held` (or an append that is not held, or
+    /// `sync`), nor a reader until a sync covers it (`visible_when_synced`); a batch of
+    /// `HOLD_MAX_BYTES` or more is written at once.
+    #[test]
+    fn held_records_are_invisible_until_written_and_a_big_batch_is_not_held() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cfg = LogConfig {
+            segment_bytes: 4 * HOLD_MAX_BYTES as u64,
+            ..always_cfg()
+        };
+        let mut log = TopicLog::open(&Fs::real(), dir.path(), cfg, 0).expect("open");
+        let headers = Headers::new();
+        let small = [b"a".to_vec(), b"b".to_vec()];
+        assert_eq!(
+            log.append_held(&batch_of(&small, &headers), 0)
+                .expect("append held"),
+            0
+        );
+        assert_eq!(
+            log.append_held(&batch_of(&small[..1], &headers), 0)
+                .expect("append held"),
+            2
+        );
+        assert!(log.holds());
+        assert_eq!(log.next(), 3, "held records have their offsets");
+        assert!(
+            log.end() > log.active().end(),
+            "and their place in the segment"
+        );
+        assert_eq!(log.reader().next(), 0, "readers see none of them");
+        assert_eq!(
+            log.active().end(),
+            SEGMENT_HEADER_LEN as u64,
+            "nothing written"
+        );
+        log.write_held().expect("write held");
+        assert!(!log.holds());
+        assert_eq!(log.end(), log.active().written().bytes);
+        assert_eq!(log.written_next(), 3);
+        // `visible_when_synced`: written is not enough.
+        assert_eq!(log.reader().next(), 0, "readers see them once synced");
+        assert_eq!(log.reader().read(0, 10, usize::MAX).expect("read").len(), 0);
+        log.active().sync().expect("sync");
+        assert_eq!(log.reader().next(), 3);
+        assert_eq!(log.active().end(), log.end());
+        let read = log.reader().read(0, 10, usize::MAX).expect("read");
+        let got: Vec<&[u8]> = read.iter().map(|r| &r.payload()[..]).collect();
+        assert_eq!(got, [&b"a"[..], &b"b"[..], &b"a"[..]]);
+
+        log.append_held(&batch_of(&small, &headers), 0)
+            .expect("append held");
+        log.sync().expect("sync writes what is held");
+        assert_eq!(log.reader().next(), 5);
+        assert!(log.active().is_synced_to(log.end()));
+
+        let big = vec![vec![7u8; 32 << 10]; HOLD_MAX_BYTES / (32 << 10)];
+        assert_eq!(
+            log.append_held(&batch_of(&big, &headers), 0)
+                .expect("append held"),
+            5
+        );
+        assert!(
+            !log.holds(),
+            "a batch of HOLD_MAX_BYTES is written by its caller"
+        );
+        assert_eq!(log.written_next(), 5 + big.len() as u64);
+        assert_eq!(log.reader().next(), 5);
+        log.active().sync().expect("sync");
+        assert_eq!(log.reader().next(), 5 + big.len() as u64);
+    }
+
+    /// A log in `dir` (`Always`'s layout, records up to 64 KiB) whose active segment is
+    /// segment 0's file reused, its new records ending exactly where an old payload holds
+    /// a valid frame numbered as the next record (`FORGED`), at the start of the file's
+    /// sixth page (returned).
+    fn ending_at_a_forged_frame(fs: &Fs, dir: &Path) -> (TopicLog, u64) {
+        let cfg = LogConfig {
+            max_body: 1 << 17,
+            ..always_cfg()
+        };
+        let mut forged = Vec::new();
+        record::encode(
+            &mut forged,
+            FORGED,
+            0,
+            &Headers::new(),
+            b"FORGED: never appended",
+        );
+        let mut p0 = vec![b'x'; 40_000];
+        let at = 5 * 4096 - SEGMENT_HEADER_LEN - record::RECORD_OVERHEAD - 1;
+        p0[at..at + forged.len()].copy_from_slice(&forged);
+        let mut log = TopicLog::open(fs, dir, cfg, 0).expect("open");
+        assert_eq!(append_one(&mut log, &p0), 0);
+        let old = log
+            .active()
+            .with_file(|f| f.read_all(u64::MAX))
+            .expect("read")
+            .expect("all");
+        let pf = old
+            .windows(forged.len())
+            .position(|w| w == &forged[..])
+            .expect("frame in file");
+        assert_eq!(pf, 5 * 4096, "a page boundary");
+        assert_eq!(
+            append_one(&mut log, &[1u8; 30_000]),
+            1,
+            "rolls to segment 1"
+        );
+        assert_eq!(log.apply_retention(0, 1, 0).expect("retention"), 1);
+        assert_eq!(log.recycled.len(), 1, "segment 0's file kept");
+        assert_eq!(append_one(&mut log, &[2u8; 30_000]), 2);
+        // Offset 3 rolls into the kept file; offsets 3..FORGED end exactly at the frame.
+        let (small, overhead) = (1000usize, record::RECORD_OVERHEAD + 1);
+        let first_len =
+            pf - SEGMENT_HEADER_LEN - (FORGED as usize - 4) * (overhead + small) - overhead;
+        assert_eq!(append_one(&mut log, &vec![3u8; first_len]), 3);
+        assert!(log.recycled.is_empty(), "the roll reused it");
+        for _ in 4..FORGED {
+            append_one(&mut log, &[4u8; 1000]);
+        }
+        assert_eq!(log.next(), FORGED);
+        assert_eq!(log.active().written().bytes as usize, pf);
+        (log, pf as u64)
+    }
+
+    /// The bytes behind the records of a reused file are old payloads, which publishers
+    /// chose: a frame inside one, numbered as the next record and lying exactly where the
+    /// new records end, must not be taken for a record at the next open (zeros are written
+    /// ahead of the records into a reused file). Found by review.
+    #[test]
+    fn a_frame_inside_an_old_payload_is_not_taken_for_a_record_after_a_reopen() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let (log, _) = ending_at_a_forged_frame(&Fs::real(), tmp.path());
+        let cfg = log.cfg;
+        // Killed: nothing trims the active file.
+        std::mem::forget(log);
+        let mut log = TopicLog::open(&Fs::real(), tmp.path(), cfg, 0).expect("reopen");
+        assert_eq!(log.next(), FORGED, "no record nobody appended");
+        assert_eq!(append_one(&mut log, &[5u8; 10]), FORGED);
+        log.active().sync().expect("sync");
+        let last = log.reader().read(FORGED, 1, usize::MAX).expect("read");
+        assert_eq!(&last[0].payload[..], &[5u8; 10][..]);
+    }
+
+    /// As above, with the process killed inside the write of the last records, after
+    /// they were copied but before what was meant to follow them (the kernel copies a write
+    /// page by page and stops at a fatal signal): the zeros are written before the records,
+    /// so what a cut-short write leaves behind them is zeros, never old bytes. Found by
+    /// review.
+    #[test]
+    fn a_kill_inside_a_write_into_a_reused_file_leaves_no_old_frame_behind_the_records() {
+        use crate::io::sim::SimFs;
+        let sim = SimFs::new(1);
+        let dir = Path::new("/t");
+        let (log, pf) = ending_at_a_forged_frame(&Fs::new(Arc::new(sim.clone())), dir);
+        let (path, cfg) = (log.active().path.clone(), log.cfg);
+        let killed = sim.process_crash_in_last_write(&path, pf);
+        drop(log);
+        let log = TopicLog::open(&Fs::new(Arc::new(killed)), dir, cfg, 0).expect("reopen");
+        assert_eq!(log.next(), FORGED, "no record nobody appended");
+    }
+}

@@ -1,0 +1,106 @@
+//! Bounds on what sealed segments hold: open files and loaded indexes, least recently
+//! used released first, so a log of thousands of segments stays within a few descriptors.
+//!
+//! **Invariant:** only sealed segments are released; the active one keeps its file.
+
+use super::*;
+
+/// Sealed segments whose index stays in memory (least recently used are unloaded).
+const LOADED_INDEXES_MAX: usize = 8;
+
+/// Unloads the least recently used sealed indexes beyond `LOADED_INDEXES_MAX`: a reader
+/// going through a large log must not keep every segment's index (512 KiB per 64 MiB).
+pub(super) fn evict_indexes(segs: &[Arc<Segment>]) {
+    release_least_recent(
+        segs,
+        LOADED_INDEXES_MAX,
+        Segment::loaded_index_used,
+        Segment::unload_index,
+    );
+}
+
+/// Sealed segments whose file stays open (least recently used are closed, see
+/// `Segment::close_file`): descriptors per topic stay bounded however long the log.
+pub(super) const OPEN_SEALED_MAX: usize = 8;
+
+/// Closes the least recently used sealed files beyond `OPEN_SEALED_MAX`.
+pub(super) fn close_files(segs: &[Arc<Segment>]) {
+    release_least_recent(
+        segs,
+        OPEN_SEALED_MAX,
+        Segment::open_file_used,
+        Segment::close_file,
+    );
+}
+
+/// Of the segments holding something (`used`: when it was last used), releases what the
+/// least recently used hold beyond `max`.
+fn release_least_recent(
+    segs: &[Arc<Segment>],
+    max: usize,
+    used: impl Fn(&Segment) -> Option<u64>,
+    release: impl Fn(&Segment),
+) {
+    let mut held: Vec<(u64, &Arc<Segment>)> = segs
+        .iter()
+        .filter_map(|s| used(s).map(|u| (u, s)))
+        .collect();
+    if held.len() <= max {
+        return;
+    }
+    held.sort_unstable_by_key(|(u, _)| *u);
+    for (_, s) in &held[..held.len() - max] {
+        release(s);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::log::test_support::*;
+
+    /// However many segments a log has, a read through all of them leaves at most
+    /// `OPEN_SEALED_MAX` sealed files open, and open opens none for good.
+    #[test]
+    fn sealed_files_are_opened_on_demand_and_few_stay_open() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let mut log = log_in(tmp.path());
+        append(&mut log, 200);
+        let open_sealed = |log: &TopicLog| {
+            read_lock(&log.reader().segments)
+                .iter()
+                .filter(|s| s.open_file_used().is_some())
+                .count()
+        };
+        assert!(
+            open_sealed(&log) <= OPEN_SEALED_MAX,
+            "closed as the writer rolls"
+        );
+        drop(log);
+        let log = log_in(tmp.path());
+        let segments = log.reader().stats().segments;
+        assert!(segments > 4 * OPEN_SEALED_MAX, "{segments}");
+        assert_eq!(open_sealed(&log), 0, "open keeps no sealed file open");
+        let mut at = 0;
+        while let Ok(batch) = log.reader().read(at, 3, 1 << 20) {
+            let Some(last) = batch.last() else { break };
+            assert_eq!(batch[0].offset, at);
+            at = last.offset + 1;
+            assert!(open_sealed(&log) <= OPEN_SEALED_MAX);
+        }
+        assert_eq!(at, 200);
+        // One record read from the start of every segment leaves bytes read ahead in each;
+        // closing a file lets them go too.
+        for seg in log.reader().snapshot() {
+            let got = log.reader().read(seg.base, 1, 1 << 20).expect("read");
+            assert_eq!(got.len(), 1);
+        }
+        let holding = log
+            .reader()
+            .snapshot()
+            .iter()
+            .filter(|s| s.holds_read_ahead())
+            .count();
+        assert!(holding > 0 && holding <= OPEN_SEALED_MAX + 1, "{holding}");
+    }
+}
