@@ -9,67 +9,23 @@ use super::*;
 impl TopicLog {
     /// Opens (or creates) the log in `dir`. Reads sealed segments' index footers and
     /// scans only the active segment's tail.
+    ///
+    /// The steps run in this order on purpose: each file operation's place decides what a
+    /// crash in the middle of an open leaves for the next one.
     pub fn open(fs: &Fs, dir: &Path, cfg: LogConfig, now_ms: u64) -> Result<TopicLog> {
         fs.create_dir_all(dir)?;
         // Before anything is read: a file whose sync failed may show records the disk lacks.
         fs.rewrite_unsynced(dir)?;
-        let mut bases: Vec<u64> = Vec::new();
-        let mut stray_indexes: Vec<u64> = Vec::new();
-        let mut recycled: Vec<PathBuf> = Vec::new();
-        for name in fs.list_dir(dir)? {
-            if let Some(b) = name.strip_suffix(".log").and_then(parse_base) {
-                bases.push(b);
-            } else if let Some(b) = name.strip_suffix(".idx").and_then(parse_base) {
-                stray_indexes.push(b);
-            } else if name.ends_with(segment::RECYCLED_SUFFIX) {
-                recycled.push(dir.join(name));
-            }
-        }
-        bases.sort_unstable();
-        recycled.sort_unstable();
-        // Kept only where rolls reuse them (a log opened under another policy since), and
-        // only from below the log's first segment, as retention leaves them: the old
-        // records in one must all have offsets below every new segment's base (a log whose
-        // segments were deleted by hand starts again at 0).
-        let first = bases.first().copied();
-        let (mut keep, mut gone): (Vec<PathBuf>, Vec<PathBuf>) =
-            recycled.into_iter().partition(|p| {
-                let base = p
-                    .file_name()
-                    .and_then(|n| n.to_str())
-                    .and_then(|n| n.strip_suffix(segment::RECYCLED_SUFFIX))
-                    .and_then(|n| n.strip_suffix(".log"))
-                    .and_then(parse_base);
-                cfg.preallocate && matches!((base, first), (Some(b), Some(f)) if b < f)
-            });
-        gone.extend(keep.split_off(MAX_RECYCLED.min(keep.len())));
-        for path in &gone {
-            fs.remove_file(path)?;
-        }
-        let mut recycled = keep;
-        for b in stray_indexes {
-            if bases.binary_search(&b).is_err() {
-                // Left behind by retention stopped half-way.
-                fs.remove_file(&dir.join(segment::index_file_name(b)))?;
-            }
-        }
+        let Listing {
+            mut bases,
+            stray_indexes,
+            recycled,
+        } = Listing::read(fs, dir)?;
+        let recycled = keep_recycled(fs, &cfg, recycled, bases.first().copied())?;
+        remove_stray_indexes(fs, dir, &bases, stray_indexes)?;
         let poison: Poison = Arc::new(OnceLock::new());
         let summaries = Arc::new(Summaries::new(dir));
-        // A last segment torn during creation (shorter than its header) holds nothing:
-        // the previous segment is the active one.
-        while bases.len() > 1 {
-            let last = *bases.last().unwrap_or(&0);
-            let path = dir.join(segment::segment_file_name(last));
-            let len = fs.open(&path)?.len()?;
-            if len >= SEGMENT_HEADER_LEN as u64 {
-                break;
-            }
-            tracing::warn!(segment = %path.display(), "removing a segment torn during creation");
-            fs.remove_file(&path)?;
-            fs.remove_file(&dir.join(segment::index_file_name(last)))?;
-            bases.pop();
-        }
-        let interval = cfg.index_interval_bytes;
+        remove_torn_last_segments(fs, dir, &mut bases)?;
         // Written by the last open that checked the log in full: if it names this boot and
         // this directory, every write since is still in the page cache (only a process
         // died, not the machine), so nothing written can be missing (see ARCHITECTURE).
@@ -79,146 +35,29 @@ impl TopicLog {
                 .and_then(|f| f.read_all(m.len() as u64))
                 .is_ok_and(|b| b.as_deref() == Some(m.as_bytes()))
         });
-        // A segment whose successor says it was still being synced when the successor was
-        // created (`seal_in_background`; at most `MAX_SEALING` before the active one) may
-        // have lost records to a power cut: then everything after it came after the loss,
-        // and the log is cut back to it (it becomes the active segment, whose torn tail
-        // open truncates): the log stays a prefix, without a gap.
-        let from = bases.len().saturating_sub(MAX_SEALING + 1);
         let mut cached = summaries.read(fs);
-        // The cache file was removed by a cut-back (its entries still serve this open).
-        let mut cache_removed = false;
-        let mut known = std::collections::HashMap::new();
-        // The active segment's header says it was rolled under `seal_in_background` (read
-        // here once, as the last pair's successor).
-        let mut active_flagged = false;
-        for i in from..bases.len().saturating_sub(1) {
-            let (prev, next) = (bases[i], bases[i + 1]);
-            let next_path = dir.join(segment::segment_file_name(next));
-            let prev_path = dir.join(segment::segment_file_name(prev));
-            let flags = segment::header_flags(fs, &next_path, next);
-            if i + 2 == bases.len() {
-                active_flagged = flags & FLAG_FOLLOWS_UNSYNCED != 0;
-            }
-            // `Some(valid)`: records were lost; `valid` as in `Whole::No`.
-            let lost = if flags & FLAG_SPARE != 0 {
-                // Renamed from a spare at a roll whose real header never reached the disk:
-                // nothing in it (or after it) was synced.
-                Some(None)
-            } else if flags & FLAG_FOLLOWS_UNSYNCED == 0 {
-                None
-            } else {
-                match segment::wholeness(
-                    fs,
-                    &prev_path,
-                    prev,
-                    next,
-                    cfg.max_body,
-                    interval,
-                    // Sealed inline (`Always`/`Interval`) the segment is read whole and
-                    // synced in this open anyway: the full check costs nothing more there.
-                    same_boot && cfg.seal_in_background,
-                    fs.file_stat(&prev_path)
-                        .ok()
-                        .and_then(|stat| cached.get(&prev)?.for_file(&stat))
-                        .as_ref(),
-                )? {
-                    segment::Whole::Yes(k) => {
-                        // Sealed inline by this open (its footer rebuilt below): in the same
-                        // boot `next`'s real header may be in the page cache only (see the
-                        // background case at the end), so it is made durable first.
-                        if same_boot && matches!(k, segment::Known::Scan(_)) {
-                            fs.open(&next_path)?.sync_data()?;
-                            fs.sync_dir(dir)?;
-                        }
-                        known.insert(prev, k);
-                        None
-                    }
-                    segment::Whole::No { valid } => Some(valid),
-                }
-            };
-            if let Some(valid) = lost {
-                // First (a crash now repeats this open's decision): a record after a lost
-                // one must not stay in what becomes the active segment, whose recovery
-                // trusts its index and would not find the hole.
-                if let Some(valid) = valid {
-                    let f = fs.open(&prev_path)?;
-                    if f.len()? > valid {
-                        f.set_len(valid)?;
-                        f.sync_data()?;
-                    }
-                }
-                tracing::warn!(
-                    segment = %prev_path.display(),
-                    dropped = bases.len() - i - 1,
-                    "unsynced records were lost (power cut while segments were being \
-                     synced); the log is cut back to them"
-                );
-                // First: the bases deleted now may be written again, differently.
-                fs.remove_file(&summaries.path)?;
-                cache_removed = true;
-                cached.retain(|&b, _| b < prev);
-                for &b in &bases[i + 1..] {
-                    fs.remove_file(&dir.join(segment::segment_file_name(b)))?;
-                    fs.remove_file(&dir.join(segment::index_file_name(b)))?;
-                }
-                fs.sync_dir(dir)?;
-                // Synced just now: every name left is durable.
-                active_flagged = false;
-                bases.truncate(i + 1);
-                known.remove(&prev);
-                break;
-            }
-        }
-        let mut segments: Vec<Arc<Segment>> = Vec::with_capacity(bases.len().max(1));
-        // The sealed segments' data files as the loop found them (for the cache).
-        let mut stats: Vec<FileStat> = Vec::with_capacity(bases.len());
-        for (i, &base) in bases.iter().enumerate() {
-            let path = dir.join(segment::segment_file_name(base));
-            let seg = if i + 1 == bases.len() {
-                // After a power cut the unsynced part may have lost a page and kept a later
-                // one, which a scan after the last index entry would not see.
-                Segment::open_active(
-                    fs,
-                    path,
-                    base,
-                    cfg.max_body,
-                    interval,
-                    poison.clone(),
-                    !same_boot,
-                )?
-            } else {
-                // One `statx` serves the cache, the footer check and the cache's rewrite.
-                let stat = fs.file_stat(&path)?;
-                let k = known.remove(&base).or_else(|| {
-                    let s = cached.get(&base)?.for_file(&stat)?;
-                    Some(segment::Known::Footer(s))
-                });
-                stats.push(stat);
-                Segment::open_sealed(
-                    fs,
-                    path,
-                    base,
-                    stat.len,
-                    cfg.max_body,
-                    interval,
-                    poison.clone(),
-                    k,
-                )?
-            };
-            if let Some(prev) = segments.last()
-                && prev.next() != base
-            {
-                return Err(Error::corrupt(
-                    &seg.path,
-                    format!(
-                        "gap in the log: previous segment ends at offset {}, this one starts at {base}",
-                        prev.next()
-                    ),
-                ));
-            }
-            segments.push(Arc::new(seg));
-        }
+        let checked = check_unsynced_tail(
+            fs,
+            dir,
+            &cfg,
+            &mut bases,
+            &mut cached,
+            &summaries,
+            same_boot,
+        )?;
+        let Opened {
+            mut segments,
+            stats,
+        } = open_segments(
+            fs,
+            dir,
+            &cfg,
+            &bases,
+            checked.known,
+            &cached,
+            &poison,
+            same_boot,
+        )?;
         // A new log: `Segment::create` syncs the directory itself.
         let created = segments.is_empty();
         if created {
@@ -236,51 +75,24 @@ impl TopicLog {
             .last()
             .cloned()
             .ok_or_else(|| Error::corrupt(dir, "log has no segment after open (internal error)"))?;
-        // A power cut between a rename and its directory sync can keep both names of the
-        // file where renames are not atomic across crashes (ext4's are; `SimFs`'s are not):
-        // a kept file that is also a segment must never be overwritten.
-        if !recycled.is_empty() {
-            let mut segment_files: Vec<u64> = stats.iter().map(|s| s.identity[0]).collect();
-            segment_files.push(fs.file_stat(&active.path)?.identity[0]);
-            let mut kept = Vec::with_capacity(recycled.len());
-            for path in recycled {
-                if segment_files.contains(&fs.file_stat(&path)?.identity[0]) {
-                    tracing::warn!(file = %path.display(), "a kept segment file is also a segment; dropping the kept name");
-                    fs.remove_file(&path)?;
-                } else {
-                    kept.push(path);
-                }
-            }
-            recycled = kept;
-        }
+        let recycled = drop_recycled_that_are_segments(fs, recycled, &stats, &active)?;
         let index_file = fs.open_or_create(&active.index_path)?;
         let allocated = active.with_file(|f| f.len())?;
-        let entries = active.index(interval)?;
-        let last_entry = entries.last().map(|e| e.position);
-        // With their successors: see the sealing below.
+        let entries = active.index(cfg.index_interval_bytes)?;
+        // With their successors: see `resume_interrupted_sealings`.
         let unsealed: Vec<(Arc<Segment>, Arc<Segment>)> = segments
             .windows(2)
             .filter(|w| !w[0].is_sealed())
             .map(|w| (w[0].clone(), w[1].clone()))
             .collect();
-        // Sealed segments the cache lacks (a log from before it, lost appends, files made
-        // anew) or many entries retention left behind: rewritten (before any sealing
-        // thread appends), with what was checked at this open.
-        let sealed: Vec<Cached> = segments
-            .iter()
-            .zip(&stats)
-            .filter(|(s, _)| s.is_sealed() && s.summary_trusted())
-            .map(|(s, stat)| Cached {
-                summary: s.summary(),
-                identity: stat.identity,
-            })
-            .collect();
-        let lacking = sealed
-            .iter()
-            .any(|c| cached.get(&c.summary.base) != Some(c));
-        if lacking || cache_removed || cached.len() > sealed.len() + SUMMARIES_STALE_MAX {
-            summaries.rewrite(fs, &sealed);
-        }
+        rewrite_stale_summaries(
+            fs,
+            &summaries,
+            &segments,
+            &stats,
+            &cached,
+            checked.cache_removed,
+        );
         // The largest, not the last segment's: a log written before `newest_ts` existed
         // may have gone back at a roll.
         let newest_ts = segments
@@ -313,7 +125,7 @@ impl TopicLog {
             },
             active,
             index_file,
-            last_entry,
+            last_entry: entries.last().map(|e| e.position),
             index_count: entries.len() as u64,
             allocated,
             // Open truncated any old records off the active segment (its scan stops at
@@ -337,39 +149,418 @@ impl TopicLog {
         // it from now on (acknowledged under `Always`) would go with the name at a power
         // cut. Every segment rolled under `seal_in_background` carries the flag. And once
         // per boot (the first open that checks in full, of a log it did not just create):
-        // an earlier open may have cut the
-        // log back and failed before its directory sync, so that the deleted segments are
-        // gone from the page cache but not from the disk, where a power cut would bring
-        // them back behind what is appended from now on.
-        if active_flagged || (!same_boot && !created) {
+        // an earlier open may have cut the log back and failed before its directory sync,
+        // so that the deleted segments are gone from the page cache but not from the disk,
+        // where a power cut would bring them back behind what is appended from now on.
+        if checked.active_flagged || (!same_boot && !created) {
             fs.sync_dir(dir)?;
         }
-        // Found whole from their index entries (`same_boot`): read whole, synced and sealed
-        // as the interrupted sealing would have, oldest first, still at most `MAX_SEALING`,
-        // and, as that sealing would have, after making the successor durable: a killed
-        // process may have left its real header (a roll from the spare) in the page cache
-        // only, and no footer may vouch for a segment whose successor's header a power cut
-        // could still turn back into the spare's (open would not know the segment).
+        log.defer_interrupted_sealings(unsealed);
+        if let Some(m) = mark.filter(|_| !same_boot) {
+            write_boot_mark(fs, dir, &m);
+        }
+        Ok(log)
+    }
+
+    /// Queues the sealings a killed process left unfinished. Found whole from their index
+    /// entries (`same_boot`): read whole, synced and sealed as the interrupted sealing
+    /// would have, oldest first, still at most `MAX_SEALING`, and, as that sealing would
+    /// have, after making the successor durable: a killed process may have left its real
+    /// header (a roll from the spare) in the page cache only, and no footer may vouch for
+    /// a segment whose successor's header a power cut could still turn back into the
+    /// spare's (open would not know the segment).
+    fn defer_interrupted_sealings(&mut self, unsealed: Vec<(Arc<Segment>, Arc<Segment>)>) {
         debug_assert!(unsealed.len() <= MAX_SEALING);
-        debug_assert!(unsealed.is_empty() || cfg.seal_in_background);
+        debug_assert!(unsealed.is_empty() || self.cfg.seal_in_background);
         // Started by `resume_sealing` once the caller's open is done (its syncs would
         // slow the open's own), or run inline by whatever waits for them first.
         for (seg, successor) in unsealed {
-            let fresh = Some((successor, dir.to_owned()));
-            log.sealing
+            let fresh = Some((successor, self.dir.clone()));
+            self.sealing
                 .push_back((seg.base, Sealing::Deferred(seg, fresh)));
         }
-        if let Some(m) = mark.filter(|_| !same_boot) {
-            // Not synced: a power cut that loses it also starts another boot.
-            let written = fs.open_or_create(&dir.join(BOOT_MARK_FILE)).and_then(|f| {
-                f.write_all_at(m.as_bytes(), 0)
-                    .and(f.set_len(m.len() as u64))
-            });
-            if let Err(e) = written {
-                tracing::warn!(error = %e, "could not write the boot mark; the next open checks the log in full");
+    }
+}
+
+/// The files of a topic's directory, by kind.
+struct Listing {
+    /// Segment data files' bases, ascending.
+    bases: Vec<u64>,
+    /// Index files' bases (those without a data file are strays).
+    stray_indexes: Vec<u64>,
+    /// Segment files retention kept for rolls to reuse, by name.
+    recycled: Vec<PathBuf>,
+}
+
+impl Listing {
+    fn read(fs: &Fs, dir: &Path) -> Result<Listing> {
+        let mut l = Listing {
+            bases: Vec::new(),
+            stray_indexes: Vec::new(),
+            recycled: Vec::new(),
+        };
+        for name in fs.list_dir(dir)? {
+            if let Some(b) = name.strip_suffix(".log").and_then(parse_base) {
+                l.bases.push(b);
+            } else if let Some(b) = name.strip_suffix(".idx").and_then(parse_base) {
+                l.stray_indexes.push(b);
+            } else if name.ends_with(segment::RECYCLED_SUFFIX) {
+                l.recycled.push(dir.join(name));
             }
         }
-        Ok(log)
+        l.bases.sort_unstable();
+        l.recycled.sort_unstable();
+        Ok(l)
+    }
+}
+
+/// The kept files a roll may reuse; the rest are removed. Kept only where rolls reuse
+/// them (a log opened under another policy since), and only from below the log's first
+/// segment, as retention leaves them: the old records in one must all have offsets below
+/// every new segment's base (a log whose segments were deleted by hand starts again at 0).
+fn keep_recycled(
+    fs: &Fs,
+    cfg: &LogConfig,
+    recycled: Vec<PathBuf>,
+    first: Option<u64>,
+) -> Result<Vec<PathBuf>> {
+    let (mut keep, mut gone): (Vec<PathBuf>, Vec<PathBuf>) = recycled.into_iter().partition(|p| {
+        let base = p
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_suffix(segment::RECYCLED_SUFFIX))
+            .and_then(|n| n.strip_suffix(".log"))
+            .and_then(parse_base);
+        cfg.preallocate && matches!((base, first), (Some(b), Some(f)) if b < f)
+    });
+    gone.extend(keep.split_off(MAX_RECYCLED.min(keep.len())));
+    for path in &gone {
+        fs.remove_file(path)?;
+    }
+    Ok(keep)
+}
+
+/// Removes index files without a data file: left behind by retention stopped half-way.
+fn remove_stray_indexes(fs: &Fs, dir: &Path, bases: &[u64], indexes: Vec<u64>) -> Result<()> {
+    for b in indexes {
+        if bases.binary_search(&b).is_err() {
+            fs.remove_file(&dir.join(segment::index_file_name(b)))?;
+        }
+    }
+    Ok(())
+}
+
+/// A last segment torn during creation (shorter than its header) holds nothing: it is
+/// removed, and the previous segment is the active one.
+fn remove_torn_last_segments(fs: &Fs, dir: &Path, bases: &mut Vec<u64>) -> Result<()> {
+    while bases.len() > 1 {
+        let last = *bases.last().unwrap_or(&0);
+        let path = dir.join(segment::segment_file_name(last));
+        let len = fs.open(&path)?.len()?;
+        if len >= SEGMENT_HEADER_LEN as u64 {
+            break;
+        }
+        tracing::warn!(segment = %path.display(), "removing a segment torn during creation");
+        fs.remove_file(&path)?;
+        fs.remove_file(&dir.join(segment::index_file_name(last)))?;
+        bases.pop();
+    }
+    Ok(())
+}
+
+/// What `check_unsynced_tail` found.
+struct TailCheck {
+    /// Segments found whole by the check, with what vouches for them.
+    known: std::collections::HashMap<u64, segment::Known>,
+    /// The active segment's header says it was rolled under `seal_in_background`.
+    active_flagged: bool,
+    /// The cache file was removed by a cut-back (its entries still serve this open).
+    cache_removed: bool,
+}
+
+/// Checks the segments that may still have been syncing at a crash, and cuts the log
+/// back to the first one that lost records.
+///
+/// A segment whose successor says it was still being synced when the successor was
+/// created (`seal_in_background`; at most `MAX_SEALING` before the active one) may have
+/// lost records to a power cut. Then everything after it came after the loss, and the log
+/// is cut back to it: it becomes the active segment, whose torn tail open truncates. The
+/// log stays a prefix, without a gap.
+fn check_unsynced_tail(
+    fs: &Fs,
+    dir: &Path,
+    cfg: &LogConfig,
+    bases: &mut Vec<u64>,
+    cached: &mut std::collections::HashMap<u64, Cached>,
+    summaries: &Summaries,
+    same_boot: bool,
+) -> Result<TailCheck> {
+    let mut out = TailCheck {
+        known: std::collections::HashMap::new(),
+        active_flagged: false,
+        cache_removed: false,
+    };
+    let from = bases.len().saturating_sub(MAX_SEALING + 1);
+    for i in from..bases.len().saturating_sub(1) {
+        let (prev, next) = (bases[i], bases[i + 1]);
+        let next_path = dir.join(segment::segment_file_name(next));
+        let flags = segment::header_flags(fs, &next_path, next);
+        // The active segment's header, read here once, as the last pair's successor.
+        if i + 2 == bases.len() {
+            out.active_flagged = flags & FLAG_FOLLOWS_UNSYNCED != 0;
+        }
+        let Some(valid) =
+            lost_records(fs, dir, cfg, prev, next, flags, cached, same_boot, &mut out)?
+        else {
+            continue;
+        };
+        cut_back(fs, dir, bases, i, valid, summaries)?;
+        out.cache_removed = true;
+        cached.retain(|&b, _| b < prev);
+        // Synced just now: every name left is durable.
+        out.active_flagged = false;
+        out.known.remove(&prev);
+        break;
+    }
+    Ok(out)
+}
+
+/// Whether segment `prev` lost records, judged by its successor's header `flags`:
+/// `Some(valid)` if it did (`valid` as in `Whole::No`), `None` if it is whole (then it
+/// goes in `out.known` when the check read it).
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one step of open, on open's locals"
+)]
+fn lost_records(
+    fs: &Fs,
+    dir: &Path,
+    cfg: &LogConfig,
+    prev: u64,
+    next: u64,
+    flags: u32,
+    cached: &std::collections::HashMap<u64, Cached>,
+    same_boot: bool,
+    out: &mut TailCheck,
+) -> Result<Option<Option<u64>>> {
+    if flags & FLAG_SPARE != 0 {
+        // Renamed from a spare at a roll whose real header never reached the disk:
+        // nothing in it (or after it) was synced.
+        return Ok(Some(None));
+    }
+    if flags & FLAG_FOLLOWS_UNSYNCED == 0 {
+        return Ok(None);
+    }
+    let prev_path = dir.join(segment::segment_file_name(prev));
+    let next_path = dir.join(segment::segment_file_name(next));
+    let whole = segment::wholeness(
+        fs,
+        &prev_path,
+        prev,
+        next,
+        cfg.max_body,
+        cfg.index_interval_bytes,
+        // Sealed inline (`Always`/`Interval`) the segment is read whole and synced in
+        // this open anyway: the full check costs nothing more there.
+        same_boot && cfg.seal_in_background,
+        fs.file_stat(&prev_path)
+            .ok()
+            .and_then(|stat| cached.get(&prev)?.for_file(&stat))
+            .as_ref(),
+    )?;
+    match whole {
+        segment::Whole::Yes(k) => {
+            // Sealed inline by this open (its footer rebuilt later): in the same boot
+            // `next`'s real header may be in the page cache only (see the background case
+            // in `defer_interrupted_sealings`), so it is made durable first.
+            if same_boot && matches!(k, segment::Known::Scan(_)) {
+                fs.open(&next_path)?.sync_data()?;
+                fs.sync_dir(dir)?;
+            }
+            out.known.insert(prev, k);
+            Ok(None)
+        }
+        segment::Whole::No { valid } => Ok(Some(valid)),
+    }
+}
+
+/// Cuts the log back to `bases[i]`, which lost records: truncates it to its `valid`
+/// length and deletes every segment after it, durably.
+fn cut_back(
+    fs: &Fs,
+    dir: &Path,
+    bases: &mut Vec<u64>,
+    i: usize,
+    valid: Option<u64>,
+    summaries: &Summaries,
+) -> Result<()> {
+    let prev_path = dir.join(segment::segment_file_name(bases[i]));
+    // First (a crash now repeats this open's decision): a record after a lost one must
+    // not stay in what becomes the active segment, whose recovery trusts its index and
+    // would not find the hole.
+    if let Some(valid) = valid {
+        let f = fs.open(&prev_path)?;
+        if f.len()? > valid {
+            f.set_len(valid)?;
+            f.sync_data()?;
+        }
+    }
+    tracing::warn!(
+        segment = %prev_path.display(),
+        dropped = bases.len() - i - 1,
+        "unsynced records were lost (power cut while segments were being \
+         synced); the log is cut back to them"
+    );
+    // First: the bases deleted now may be written again, differently.
+    fs.remove_file(&summaries.path)?;
+    for &b in &bases[i + 1..] {
+        fs.remove_file(&dir.join(segment::segment_file_name(b)))?;
+        fs.remove_file(&dir.join(segment::index_file_name(b)))?;
+    }
+    fs.sync_dir(dir)?;
+    bases.truncate(i + 1);
+    Ok(())
+}
+
+/// The segments `open_segments` opened, with the sealed ones' file stats.
+struct Opened {
+    segments: Vec<Arc<Segment>>,
+    /// The sealed segments' data files as they were found (for the cache).
+    stats: Vec<FileStat>,
+}
+
+/// Opens every segment in `bases`: the last as the active one (its tail scanned), the
+/// rest sealed (trusted by what `known` or the cache vouches for, else their footer).
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one step of open, on open's locals"
+)]
+fn open_segments(
+    fs: &Fs,
+    dir: &Path,
+    cfg: &LogConfig,
+    bases: &[u64],
+    mut known: std::collections::HashMap<u64, segment::Known>,
+    cached: &std::collections::HashMap<u64, Cached>,
+    poison: &Poison,
+    same_boot: bool,
+) -> Result<Opened> {
+    let interval = cfg.index_interval_bytes;
+    let mut segments: Vec<Arc<Segment>> = Vec::with_capacity(bases.len().max(1));
+    let mut stats: Vec<FileStat> = Vec::with_capacity(bases.len());
+    for (i, &base) in bases.iter().enumerate() {
+        let path = dir.join(segment::segment_file_name(base));
+        let seg = if i + 1 == bases.len() {
+            // After a power cut the unsynced part may have lost a page and kept a later
+            // one, which a scan after the last index entry would not see.
+            Segment::open_active(
+                fs,
+                path,
+                base,
+                cfg.max_body,
+                interval,
+                poison.clone(),
+                !same_boot,
+            )?
+        } else {
+            // One `statx` serves the cache, the footer check and the cache's rewrite.
+            let stat = fs.file_stat(&path)?;
+            let k = known.remove(&base).or_else(|| {
+                let s = cached.get(&base)?.for_file(&stat)?;
+                Some(segment::Known::Footer(s))
+            });
+            stats.push(stat);
+            Segment::open_sealed(
+                fs,
+                path,
+                base,
+                stat.len,
+                cfg.max_body,
+                interval,
+                poison.clone(),
+                k,
+            )?
+        };
+        if let Some(prev) = segments.last()
+            && prev.next() != base
+        {
+            return Err(Error::corrupt(
+                &seg.path,
+                format!(
+                    "gap in the log: previous segment ends at offset {}, this one starts at {base}",
+                    prev.next()
+                ),
+            ));
+        }
+        segments.push(Arc::new(seg));
+    }
+    Ok(Opened { segments, stats })
+}
+
+/// The kept files that are not also a segment. A power cut between a rename and its
+/// directory sync can keep both names of the file where renames are not atomic across
+/// crashes (ext4's are; `SimFs`'s are not): a kept file that is also a segment must never
+/// be overwritten, so its kept name is removed.
+fn drop_recycled_that_are_segments(
+    fs: &Fs,
+    recycled: Vec<PathBuf>,
+    stats: &[FileStat],
+    active: &Segment,
+) -> Result<Vec<PathBuf>> {
+    if recycled.is_empty() {
+        return Ok(recycled);
+    }
+    let mut segment_files: Vec<u64> = stats.iter().map(|s| s.identity[0]).collect();
+    segment_files.push(fs.file_stat(&active.path)?.identity[0]);
+    let mut kept = Vec::with_capacity(recycled.len());
+    for path in recycled {
+        if segment_files.contains(&fs.file_stat(&path)?.identity[0]) {
+            tracing::warn!(file = %path.display(), "a kept segment file is also a segment; dropping the kept name");
+            fs.remove_file(&path)?;
+        } else {
+            kept.push(path);
+        }
+    }
+    Ok(kept)
+}
+
+/// Rewrites the summaries cache if it lacks sealed segments (a log from before it, lost
+/// appends, files made anew), was removed by a cut-back, or holds many entries retention
+/// left behind. Before any sealing thread appends, with what was checked at this open.
+fn rewrite_stale_summaries(
+    fs: &Fs,
+    summaries: &Summaries,
+    segments: &[Arc<Segment>],
+    stats: &[FileStat],
+    cached: &std::collections::HashMap<u64, Cached>,
+    cache_removed: bool,
+) {
+    let sealed: Vec<Cached> = segments
+        .iter()
+        .zip(stats)
+        .filter(|(s, _)| s.is_sealed() && s.summary_trusted())
+        .map(|(s, stat)| Cached {
+            summary: s.summary(),
+            identity: stat.identity,
+        })
+        .collect();
+    let lacking = sealed
+        .iter()
+        .any(|c| cached.get(&c.summary.base) != Some(c));
+    if lacking || cache_removed || cached.len() > sealed.len() + SUMMARIES_STALE_MAX {
+        summaries.rewrite(fs, &sealed);
+    }
+}
+
+/// Records that this boot checked the log in full. Not synced: a power cut that loses it
+/// also starts another boot.
+fn write_boot_mark(fs: &Fs, dir: &Path, mark: &str) {
+    let written = fs.open_or_create(&dir.join(BOOT_MARK_FILE)).and_then(|f| {
+        f.write_all_at(mark.as_bytes(), 0)
+            .and(f.set_len(mark.len() as u64))
+    });
+    if let Err(e) = written {
+        tracing::warn!(error = %e, "could not write the boot mark; the next open checks the log in full");
     }
 }
 
