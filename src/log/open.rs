@@ -9,10 +9,61 @@ use super::*;
 impl TopicLog {
     /// Opens (or creates) the log in `dir`. Reads sealed segments' index footers and
     /// scans only the active segment's tail.
-    ///
-    /// The steps run in this order on purpose: each file operation's place decides what a
-    /// crash in the middle of an open leaves for the next one.
     pub fn open(fs: &Fs, dir: &Path, cfg: LogConfig, now_ms: u64) -> Result<TopicLog> {
+        let found = Recovered::find(fs, dir, &cfg, now_ms)?;
+        TopicLog::start(fs, dir, cfg, found)
+    }
+}
+
+/// The read handle over `segments`, and under `visible_when_synced` what the active
+/// segment shows readers through.
+fn reader_over(
+    segments: Vec<Arc<Segment>>,
+    active: &Segment,
+    cfg: LogConfig,
+) -> Result<(LogReader, Option<Arc<Visibility>>)> {
+    let bounds = Arc::new([
+        AtomicU64::new(segments.first().map_or(0, |s| s.base)),
+        AtomicU64::new(active.next()),
+    ]);
+    let visibility = cfg
+        .visible_when_synced
+        .then(|| Arc::new(Visibility::new(bounds.clone())));
+    if let Some(v) = &visibility {
+        active.defer_visibility(v.clone());
+        // What recovery found may be unsynced (a killed process's last writes, read
+        // back in the same boot): durable before any reader can see it.
+        active.sync_after_resize()?;
+    }
+    let reader = LogReader {
+        bounds,
+        segments: Arc::new(RwLock::new(segments)),
+        swept: Arc::new(AtomicU64::new(0)),
+        cfg,
+    };
+    Ok((reader, visibility))
+}
+
+/// What recovery found and left on disk: the log's segments, ready for a writer.
+struct Recovered {
+    segments: Vec<Arc<Segment>>,
+    active: Arc<Segment>,
+    recycled: Vec<PathBuf>,
+    poison: Poison,
+    summaries: Arc<Summaries>,
+    checked: TailCheck,
+    /// This boot's mark, if the file system has one.
+    mark: Option<String>,
+    same_boot: bool,
+    /// The log was new: its first segment was created by this open.
+    created: bool,
+}
+
+impl Recovered {
+    /// Recovers the log in `dir` (creating it if new): the steps run in this order on
+    /// purpose, since each file operation's place decides what a crash in the middle of an
+    /// open leaves for the next one.
+    fn find(fs: &Fs, dir: &Path, cfg: &LogConfig, now_ms: u64) -> Result<Recovered> {
         fs.create_dir_all(dir)?;
         // Before anything is read: a file whose sync failed may show records the disk lacks.
         fs.rewrite_unsynced(dir)?;
@@ -21,7 +72,7 @@ impl TopicLog {
             stray_indexes,
             recycled,
         } = Listing::read(fs, dir)?;
-        let recycled = keep_recycled(fs, &cfg, recycled, bases.first().copied())?;
+        let recycled = keep_recycled(fs, cfg, recycled, bases.first().copied())?;
         remove_stray_indexes(fs, dir, &bases, stray_indexes)?;
         let poison: Poison = Arc::new(OnceLock::new());
         let summaries = Arc::new(Summaries::new(dir));
@@ -36,24 +87,17 @@ impl TopicLog {
                 .is_ok_and(|b| b.as_deref() == Some(m.as_bytes()))
         });
         let mut cached = summaries.read(fs);
-        let checked = check_unsynced_tail(
-            fs,
-            dir,
-            &cfg,
-            &mut bases,
-            &mut cached,
-            &summaries,
-            same_boot,
-        )?;
+        let mut checked =
+            check_unsynced_tail(fs, dir, cfg, &mut bases, &mut cached, &summaries, same_boot)?;
         let Opened {
             mut segments,
             stats,
         } = open_segments(
             fs,
             dir,
-            &cfg,
+            cfg,
             &bases,
-            checked.known,
+            std::mem::take(&mut checked.known),
             &cached,
             &poison,
             same_boot,
@@ -76,15 +120,6 @@ impl TopicLog {
             .cloned()
             .ok_or_else(|| Error::corrupt(dir, "log has no segment after open (internal error)"))?;
         let recycled = drop_recycled_that_are_segments(fs, recycled, &stats, &active)?;
-        let index_file = fs.open_or_create(&active.index_path)?;
-        let allocated = active.with_file(|f| f.len())?;
-        let entries = active.index(cfg.index_interval_bytes)?;
-        // With their successors: see `resume_interrupted_sealings`.
-        let unsealed: Vec<(Arc<Segment>, Arc<Segment>)> = segments
-            .windows(2)
-            .filter(|w| !w[0].is_sealed())
-            .map(|w| (w[0].clone(), w[1].clone()))
-            .collect();
         rewrite_stale_summaries(
             fs,
             &summaries,
@@ -93,6 +128,44 @@ impl TopicLog {
             &cached,
             checked.cache_removed,
         );
+        Ok(Recovered {
+            segments,
+            active,
+            recycled,
+            poison,
+            summaries,
+            checked,
+            mark,
+            same_boot,
+            created,
+        })
+    }
+}
+
+impl TopicLog {
+    /// The log's writer over what recovery found: the active segment's index, the bounds
+    /// readers see, interrupted sealings queued.
+    fn start(fs: &Fs, dir: &Path, cfg: LogConfig, found: Recovered) -> Result<TopicLog> {
+        let Recovered {
+            segments,
+            active,
+            recycled,
+            poison,
+            summaries,
+            checked,
+            mark,
+            same_boot,
+            created,
+        } = found;
+        let index_file = fs.open_or_create(&active.index_path)?;
+        let allocated = active.with_file(|f| f.len())?;
+        let entries = active.index(cfg.index_interval_bytes)?;
+        // With their successors: see `defer_interrupted_sealings`.
+        let unsealed: Vec<(Arc<Segment>, Arc<Segment>)> = segments
+            .windows(2)
+            .filter(|w| !w[0].is_sealed())
+            .map(|w| (w[0].clone(), w[1].clone()))
+            .collect();
         // The largest, not the last segment's: a log written before `newest_ts` existed
         // may have gone back at a roll.
         let newest_ts = segments
@@ -100,29 +173,12 @@ impl TopicLog {
             .map(|s| s.summary().last_ts)
             .max()
             .unwrap_or(0);
-        let bounds = Arc::new([
-            AtomicU64::new(segments.first().map_or(0, |s| s.base)),
-            AtomicU64::new(active.next()),
-        ]);
-        let visibility = cfg
-            .visible_when_synced
-            .then(|| Arc::new(Visibility::new(bounds.clone())));
-        if let Some(v) = &visibility {
-            active.defer_visibility(v.clone());
-            // What recovery found may be unsynced (a killed process's last writes, read
-            // back in the same boot): durable before any reader can see it.
-            active.sync_after_resize()?;
-        }
+        let (reader, visibility) = reader_over(segments, &active, cfg)?;
         let mut log = TopicLog {
             fs: fs.clone(),
             dir: dir.to_owned(),
             cfg,
-            reader: LogReader {
-                bounds,
-                segments: Arc::new(RwLock::new(segments)),
-                swept: Arc::new(AtomicU64::new(0)),
-                cfg,
-            },
+            reader,
             active,
             index_file,
             last_entry: entries.last().map(|e| e.position),

@@ -44,22 +44,7 @@ impl TopicLog {
     /// Seals the active segment (trimmed to its records, synced, index footer written;
     /// with `seal_in_background` the sync and index on a thread) and starts a new one.
     pub(super) fn roll(&mut self, now_ms: u64) -> Result<()> {
-        // Recovery checks only the `MAX_SEALING` segments before the active one, so none
-        // older may still be unsynced when the next is created: every sealing older than
-        // the last `MAX_SEALING - 1` before the active one is waited for. By position, not
-        // count: sealings finish out of order, and a reopened process may have one pending
-        // for an older segment than the sealed ones after it (a killed process's leftover).
-        let keep_from = {
-            let segs = read_lock(&self.reader.segments);
-            segs[segs.len().saturating_sub(MAX_SEALING)].base
-        };
-        while let Some(&(oldest, _)) = self.sealing.front()
-            && oldest < keep_from
-        {
-            self.finish_oldest_sealing()?;
-        }
-        // With the active one's about to be added: `MAX_SEALING` at most.
-        debug_assert!(self.sealing.len() < MAX_SEALING);
+        self.wait_for_old_sealings()?;
         // The writer's end: records written and not yet synced are part of the segment.
         self.active
             .with_file(|f| f.set_len(self.active.written().bytes))?;
@@ -72,76 +57,126 @@ impl TopicLog {
                 &self.summaries,
             )?;
         }
-        let s = self.active.written();
         debug_assert!(
-            background || s == self.active.summary(),
+            background || self.active.written() == self.active.summary(),
             "sealed, so synced"
         );
         // Before the new segment takes a descriptor (a writer nobody reads behind leaves a
         // sealed file open at every roll).
         close_files(&read_lock(&self.reader.segments));
+        let next = self.next_segment(now_ms)?;
+        let from_spare = next.from_spare;
+        let old = self.switch_to(next)?;
+        if background {
+            // A segment made from a spare has its header and name synced by the sealing
+            // (first, so that recovery rarely meets a header that still says "spare").
+            let fresh = from_spare.then(|| (self.active.clone(), self.dir.clone()));
+            self.seal_in_background(old, fresh)?;
+            self.start_spare();
+        }
+        Ok(())
+    }
+
+    /// Recovery checks only the `MAX_SEALING` segments before the active one, so none
+    /// older may still be unsynced when the next is created: every sealing older than the
+    /// last `MAX_SEALING - 1` before the active one is waited for. By position, not count:
+    /// sealings finish out of order, and a reopened process may have one pending for an
+    /// older segment than the sealed ones after it (a killed process's leftover).
+    fn wait_for_old_sealings(&mut self) -> Result<()> {
+        let keep_from = {
+            let segs = read_lock(&self.reader.segments);
+            segs[segs.len().saturating_sub(MAX_SEALING)].base
+        };
+        while let Some(&(oldest, _)) = self.sealing.front()
+            && oldest < keep_from
+        {
+            self.finish_oldest_sealing()?;
+        }
+        // With the active one's about to be added: `MAX_SEALING` at most.
+        debug_assert!(self.sealing.len() < MAX_SEALING);
+        Ok(())
+    }
+
+    /// The segment that follows the active one: a kept file reused, the spare renamed, or
+    /// a new file. A failure poisons the topic.
+    fn next_segment(&mut self, now_ms: u64) -> Result<NextSegment> {
+        let base = self.active.written().next;
+        let background = self.cfg.seal_in_background;
         let spare = if background { self.take_spare() } else { None };
         let from_spare = spare.is_some();
-        let mut allocated = SEGMENT_HEADER_LEN as u64;
-        let mut stale_until = 0;
         // Only where nothing is zeroed ahead (`preallocate`, never with `background`).
-        let reuse = if background {
-            None
-        } else {
-            self.recycled.pop()
-        };
-        let recycled = match reuse {
-            Some(path) => match Segment::from_recycled(
-                &self.fs,
-                &self.dir,
-                &path,
-                s.next,
-                now_ms,
-                self.cfg.max_body,
-                self.poison.clone(),
-            ) {
-                Ok((seg, len)) => {
-                    allocated = len;
-                    stale_until = len;
-                    Some(seg)
-                }
-                Err(e) => {
-                    // Nothing was renamed yet (or `create` below finds the name taken).
-                    tracing::warn!(error = %e, file = %path.display(), "could not reuse a recycled segment file; creating one");
-                    let _ = self.fs.remove_file(&path);
-                    None
-                }
-            },
-            None => None,
-        };
-        let created = match (spare, recycled) {
-            (_, Some(seg)) => Ok(seg),
-            (Some(file), None) => Segment::from_spare(
+        if !background
+            && let Some(path) = self.recycled.pop()
+            && let Some((seg, len)) = self.reuse_recycled(&path, base, now_ms)
+        {
+            return Ok(NextSegment {
+                seg,
+                allocated: len,
+                stale_until: len,
+                from_spare,
+            });
+        }
+        let created = match spare {
+            Some(file) => Segment::from_spare(
                 &self.fs,
                 &self.dir,
                 file,
-                s.next,
+                base,
                 now_ms,
                 self.cfg.max_body,
                 self.poison.clone(),
             ),
-            (None, None) => Segment::create(
+            None => Segment::create(
                 &self.fs,
                 &self.dir,
-                s.next,
+                base,
                 now_ms,
                 self.cfg.max_body,
                 self.poison.clone(),
                 if background { FLAG_FOLLOWS_UNSYNCED } else { 0 },
             ),
         };
-        let seg = match created {
-            Ok(seg) => Arc::new(seg),
+        match created {
+            Ok(seg) => Ok(NextSegment {
+                seg,
+                allocated: SEGMENT_HEADER_LEN as u64,
+                stale_until: 0,
+                from_spare,
+            }),
             Err(e) => {
                 let _ = self.poison.set(format!("could not start a segment: {e}"));
-                return Err(e);
+                Err(e)
             }
-        };
+        }
+    }
+
+    /// The kept file at `path` renamed into the segment at `base`, with its length; `None`
+    /// (and the file removed) if it cannot be reused.
+    fn reuse_recycled(&self, path: &Path, base: u64, now_ms: u64) -> Option<(Segment, u64)> {
+        let reused = Segment::from_recycled(
+            &self.fs,
+            &self.dir,
+            path,
+            base,
+            now_ms,
+            self.cfg.max_body,
+            self.poison.clone(),
+        );
+        match reused {
+            Ok(seg_len) => Some(seg_len),
+            Err(e) => {
+                // Nothing was renamed yet (or `create` finds the name taken).
+                tracing::warn!(error = %e, file = %path.display(), "could not reuse a recycled segment file; creating one");
+                let _ = self.fs.remove_file(path);
+                None
+            }
+        }
+    }
+
+    /// Makes `next` the active segment and returns the old one. A failure to open its
+    /// index poisons the topic.
+    fn switch_to(&mut self, next: NextSegment) -> Result<Arc<Segment>> {
+        let seg = Arc::new(next.seg);
         // The new segment's file exists: records appended to the sealed one instead would
         // overlap its base.
         self.index_file = match self.fs.open_or_create(&seg.index_path) {
@@ -155,24 +190,27 @@ impl TopicLog {
         };
         self.last_entry = None;
         self.index_count = 0;
-        self.allocated = allocated;
-        self.stale_until = stale_until;
+        self.allocated = next.allocated;
+        self.stale_until = next.stale_until;
         // The old records start right after the new header.
         self.zeroed_to = SEGMENT_HEADER_LEN as u64;
         if let Some(v) = &self.visibility {
             seg.defer_visibility(v.clone());
         }
         write_lock(&self.reader.segments).push(seg.clone());
-        let old = std::mem::replace(&mut self.active, seg);
-        if background {
-            // A segment made from a spare has its header and name synced by the sealing
-            // (first, so that recovery rarely meets a header that still says "spare").
-            let fresh = from_spare.then(|| (self.active.clone(), self.dir.clone()));
-            self.seal_in_background(old, fresh)?;
-            self.start_spare();
-        }
-        Ok(())
+        Ok(std::mem::replace(&mut self.active, seg))
     }
+}
+
+/// The segment a roll starts, before it is the active one.
+struct NextSegment {
+    seg: Segment,
+    /// Its file's length (zeros ahead, or a kept file's old bytes).
+    allocated: u64,
+    /// Where a kept file's old records end (`TopicLog::stale_until`; 0 for a new file).
+    stale_until: u64,
+    /// Renamed from the spare: its sealing makes its name durable.
+    from_spare: bool,
 }
 
 #[cfg(test)]
