@@ -212,43 +212,57 @@ impl Segment {
         if self.index_loaded.load(Ordering::Acquire) {
             return Ok(());
         }
-        if !self.is_sealed() {
-            // Opened from its index's ends (`Known::Indexed`), not sealed yet: the entries
-            // are checked as the active segment's are, and must reach the same end.
-            let r = self.with_file(|file| {
-                Probe::new(
-                    &self.fs,
-                    file,
-                    &self.index_path,
-                    self.base,
-                    self.end(),
-                    interval,
-                    self.max_body,
-                )
-                .read_index()
-            })?;
-            if r.stop.is_some() || r.summary.next != self.next() {
-                return Err(Error::corrupt(
-                    &self.path,
-                    format!(
-                        "segment changed since open: its records end at offset {}, not {}",
-                        r.summary.next,
-                        self.next()
-                    ),
-                ));
-            }
-            *guard = r.entries;
-            self.set_unverified(r.unchanged);
-            self.index_loaded.store(true, Ordering::Release);
-            LOADS.fetch_add(1, Ordering::Relaxed);
-            return Ok(());
+        let entries = if self.is_sealed() {
+            self.sealed_index_entries(interval)?
+        } else {
+            let (entries, unverified) = self.unsealed_index_entries(interval)?;
+            self.set_unverified(unverified);
+            entries
+        };
+        *guard = entries;
+        self.index_loaded.store(true, Ordering::Release);
+        LOADS.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The entries of a segment opened from its index's ends (`Known::Indexed`), not
+    /// sealed yet, with how many of them are unverified: checked as the active segment's
+    /// are, and they must reach the same end.
+    fn unsealed_index_entries(&self, interval: u64) -> Result<(Vec<IndexEntry>, usize)> {
+        let r = self.with_file(|file| {
+            Probe::new(
+                &self.fs,
+                file,
+                &self.index_path,
+                self.base,
+                self.end(),
+                interval,
+                self.max_body,
+            )
+            .read_index()
+        })?;
+        if r.stop.is_some() || r.summary.next != self.next() {
+            return Err(Error::corrupt(
+                &self.path,
+                format!(
+                    "segment changed since open: its records end at offset {}, not {}",
+                    r.summary.next,
+                    self.next()
+                ),
+            ));
         }
+        Ok((r.entries, r.unchanged))
+    }
+
+    /// The entries of a sealed segment's index file; rebuilt from a scan (and written
+    /// again) if the file is missing or damaged.
+    fn sealed_index_entries(&self, interval: u64) -> Result<Vec<IndexEntry>> {
         // Too long to be its index: damaged, rebuilt below like any damaged index.
         let raw = match self.fs.open(&self.index_path) {
             Ok(f) => f.read_all(index_bytes_max(self.end()))?.unwrap_or_default(),
             Err(_) => Vec::new(),
         };
-        let entries = match fmt::decode_sealed_index(&raw) {
+        Ok(match fmt::decode_sealed_index(&raw) {
             Some((entries, s)) if s.base == self.base && s.bytes == self.end() => entries,
             _ => {
                 if !self.is_removed() {
@@ -275,11 +289,7 @@ impl Segment {
                 }
                 scan.entries
             }
-        };
-        *guard = entries;
-        self.index_loaded.store(true, Ordering::Release);
-        LOADS.fetch_add(1, Ordering::Relaxed);
-        Ok(())
+        })
     }
 }
 

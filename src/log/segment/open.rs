@@ -137,10 +137,7 @@ impl Segment {
             Some(Known::Scan(_) | Known::Indexed(_)) => None,
         };
         if let Some(s) = trusted {
-            let seg =
-                Segment::from_parts(fs, path, index_path, None, base, s, true, max_body, poison);
-            seg.index_loaded.store(false, Ordering::Release);
-            return Ok(seg);
+            return Ok(Segment::summarised(fs, path, base, s, max_body, poison));
         }
         let file = fs.open(&path)?;
         let len = file.len()?;
@@ -167,16 +164,47 @@ impl Segment {
                 .trusted_footer()?,
         };
         if let Some(s) = summary {
-            let seg =
-                Segment::from_parts(fs, path, index_path, None, base, s, true, max_body, poison);
-            seg.index_loaded.store(false, Ordering::Release);
-            return Ok(seg);
+            return Ok(Segment::summarised(fs, path, base, s, max_body, poison));
         }
         tracing::warn!(segment = %path.display(), "sealed segment has no valid index; rebuilding it");
         let scan = match known {
             Some(Known::Scan(scan)) => scan,
             _ => scan_all(&file, base, len, interval, max_body)?,
         };
+        Segment::sealed_from_scan(fs, path, &file, base, len, scan, max_body, poison)
+    }
+
+    /// A sealed segment whose summary `s` is trusted; its file and index are opened
+    /// when first used.
+    fn summarised(
+        fs: &Fs,
+        path: PathBuf,
+        base: u64,
+        s: SegmentSummary,
+        max_body: usize,
+        poison: Poison,
+    ) -> Segment {
+        let index_path = path.with_extension("idx");
+        let seg = Segment::from_parts(fs, path, index_path, None, base, s, true, max_body, poison);
+        seg.index_loaded.store(false, Ordering::Release);
+        seg
+    }
+
+    /// A sealed segment known only from a scan of its records: its index is written anew
+    /// from the scan, or, if the scan found damage, its old footer is kept (if it names
+    /// this file) and reads of the damaged range fail.
+    #[expect(clippy::too_many_arguments, reason = "open's view of one segment")]
+    fn sealed_from_scan(
+        fs: &Fs,
+        path: PathBuf,
+        file: &DataFile,
+        base: u64,
+        len: u64,
+        scan: ScanResult,
+        max_body: usize,
+        poison: Poison,
+    ) -> Result<Segment> {
+        let index_path = path.with_extension("idx");
         if let Some(why) = scan.stop {
             let footer = read_footer(fs, &index_path)?
                 .filter(|(s, _)| s.base == base && s.bytes == len && s.next >= base);
@@ -186,10 +214,7 @@ impl Segment {
                 // `Error::Corrupt`, as they would have with an intact footer.
                 tracing::error!(segment = %path.display(), at = scan.end, reason = why,
                     "sealed segment is damaged; keeping its index");
-                let seg = Segment::from_parts(
-                    fs, path, index_path, None, base, s, true, max_body, poison,
-                );
-                seg.index_loaded.store(false, Ordering::Release);
+                let seg = Segment::summarised(fs, path, base, s, max_body, poison);
                 seg.doubtful.store(true, Ordering::Release);
                 return Ok(seg);
             }

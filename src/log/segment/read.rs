@@ -132,37 +132,14 @@ impl Segment {
         out: &mut Vec<Record>,
     ) -> Result<()> {
         let end = self.end();
-        let resumed = {
-            let r = self.resume.lock().unwrap_or_else(|e| e.into_inner());
-            (r.offset == from).then(|| (r.position, r.ahead.clone()))
-        };
-        let (mut pos, mut expected, mut ahead) = match resumed {
-            Some((position, ahead)) => (position, from, ahead),
-            None => match self.entry_for_offset(from, interval)? {
-                Some(e) => (e.position, e.offset, Bytes::new()),
-                None => (SEGMENT_HEADER_LEN as u64, self.base, Bytes::new()),
-            },
-        };
+        let (mut pos, mut expected, mut ahead) = self.read_start(from, interval)?;
         let mut bytes_out = 0usize;
         // `out` may already hold records of earlier segments: the limits count only ours.
         let limit = out.len().saturating_add(max_records);
         let mut want = READ_CHUNK_BYTES;
         while pos < end && out.len() < limit && bytes_out < max_bytes {
             let chunk = if ahead.is_empty() {
-                let len = want.min((end - pos) as usize);
-                let chunk = self.with_file(|file| read_chunk(file, pos, len))?;
-                if chunk.len() < len {
-                    // Cut shorter since open (a sealed file is opened again by name): fail
-                    // rather than read the same short chunk forever.
-                    return Err(Error::corrupt(
-                        &self.path,
-                        format!(
-                            "the file ends at byte {} but its records at {end}",
-                            pos + chunk.len() as u64
-                        ),
-                    ));
-                }
-                chunk
+                self.read_whole_chunk(pos, want.min((end - pos) as usize), end)?
             } else {
                 std::mem::take(&mut ahead)
             };
@@ -222,6 +199,39 @@ impl Segment {
             ahead,
         };
         Ok(())
+    }
+
+    /// Where a read from `from` starts: `(position, offset, bytes read ahead)`. Where the
+    /// last read ended if it ended at `from` (a consumer reading on), else at the index
+    /// entry at or before `from`.
+    fn read_start(&self, from: u64, interval: u64) -> Result<(u64, u64, Bytes)> {
+        let resumed = {
+            let r = self.resume.lock().unwrap_or_else(|e| e.into_inner());
+            (r.offset == from).then(|| (r.position, r.ahead.clone()))
+        };
+        Ok(match resumed {
+            Some((position, ahead)) => (position, from, ahead),
+            None => match self.entry_for_offset(from, interval)? {
+                Some(e) => (e.position, e.offset, Bytes::new()),
+                None => (SEGMENT_HEADER_LEN as u64, self.base, Bytes::new()),
+            },
+        })
+    }
+
+    /// `len` bytes from `pos` (records end at `end`), all of them: a file cut shorter since open (a sealed file is
+    /// opened again by name) fails rather than reading the same short chunk forever.
+    fn read_whole_chunk(&self, pos: u64, len: usize, end: u64) -> Result<Bytes> {
+        let chunk = self.with_file(|file| read_chunk(file, pos, len))?;
+        if chunk.len() < len {
+            return Err(Error::corrupt(
+                &self.path,
+                format!(
+                    "the file ends at byte {} but its records at {end}",
+                    pos + chunk.len() as u64
+                ),
+            ));
+        }
+        Ok(chunk)
     }
 
     /// The first offset in this segment whose timestamp is `>= ts_ms`, if any.

@@ -46,6 +46,38 @@ pub(crate) struct ScanResult {
 }
 
 impl ScanResult {
+    /// Counts `record`, found at `position`, into the result (and an index entry, where
+    /// one is due); or says why the scan stops before it.
+    fn admit(
+        &mut self,
+        record: &Record,
+        position: u64,
+        interval: u64,
+        last_entry: &mut Option<u64>,
+    ) -> std::result::Result<(), &'static str> {
+        if record.offset != self.next {
+            return Err("record offset out of sequence");
+        }
+        if record.timestamp_ms < self.last_ts {
+            return Err("record timestamp goes backwards");
+        }
+        if wants_entry(*last_entry, position, interval) {
+            self.entries.push(IndexEntry {
+                offset: record.offset,
+                position,
+                timestamp_ms: record.timestamp_ms,
+                ids_before: self.ids,
+            });
+            *last_entry = Some(position);
+        }
+        if record.headers.contains_key(MESSAGE_ID_HEADER) {
+            self.ids += 1;
+        }
+        self.last_ts = record.timestamp_ms;
+        self.next += 1;
+        Ok(())
+    }
+
     pub(super) fn summary(&self, base: u64) -> SegmentSummary {
         SegmentSummary {
             base,
@@ -117,31 +149,12 @@ pub(crate) fn scan(
                     // Stop *at* this record: the ones before it in the chunk are counted
                     // in `next`, so `end` must keep them (a truncation to the chunk start
                     // would lose them while `next` still claimed them).
-                    if record.offset != r.next {
-                        r.end += cur as u64;
-                        r.stop = Some("record offset out of sequence");
-                        return Ok(r);
-                    }
-                    if record.timestamp_ms < r.last_ts {
-                        r.end += cur as u64;
-                        r.stop = Some("record timestamp goes backwards");
-                        return Ok(r);
-                    }
                     let position = r.end + cur as u64;
-                    if wants_entry(last_entry, position, interval) {
-                        r.entries.push(IndexEntry {
-                            offset: record.offset,
-                            position,
-                            timestamp_ms: record.timestamp_ms,
-                            ids_before: r.ids,
-                        });
-                        last_entry = Some(position);
+                    if let Err(why) = r.admit(&record, position, interval, &mut last_entry) {
+                        r.end += cur as u64;
+                        r.stop = Some(why);
+                        return Ok(r);
                     }
-                    if record.headers.contains_key(MESSAGE_ID_HEADER) {
-                        r.ids += 1;
-                    }
-                    r.last_ts = record.timestamp_ms;
-                    r.next += 1;
                     cur += n;
                     visit(&record);
                 }
