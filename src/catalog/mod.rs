@@ -484,71 +484,85 @@ fn run_committer(db: &Database, rx: &mpsc::Receiver<Msg>, acks: &AckWatch) {
         }
     }
     let _stopped = Stopped(acks);
-    // Newest group image written, per group: an older one arriving later is skipped.
-    let mut written: HashMap<(String, String), u64> = HashMap::new();
-    // Snapshotters whose state was locked when asked: asked again next round.
-    let mut waiting: Vec<Arc<dyn Snapshotter>> = Vec::new();
-    // A failed commit while a snapshot was still waiting: the tickets are decided later,
-    // and as failed (some of them were covered by the failed commit).
-    let mut carried: Option<String> = None;
-    // With `carried`: every ticket up to here is decided as failed. An image is taken
-    // after `noted` is read, so it can hold the change of a ticket issued in between (its
-    // state was still queued); once that commit fails, no later round may call it durable.
-    // A ticket issued after its state's image was taken queued the state again and is
-    // failed too: a false failure (the ack is reported as maybe not durable) is safe.
-    let mut failed_upto = 0;
+    let mut c = Committer::default();
     let mut open = true;
     loop {
         let undecided = acks.issued.load(Ordering::SeqCst) > acks.durable.load(Ordering::SeqCst);
         let mut msgs = Vec::new();
         if open {
-            let first = if waiting.is_empty() && !undecided {
-                rx.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected)
-            } else if waiting.is_empty() {
-                rx.try_recv().map_err(|e| match e {
-                    mpsc::TryRecvError::Empty => mpsc::RecvTimeoutError::Timeout,
-                    mpsc::TryRecvError::Disconnected => mpsc::RecvTimeoutError::Disconnected,
-                })
-            } else {
-                rx.recv_timeout(SNAPSHOT_RETRY)
-            };
-            match first {
+            match c.first_message(rx, undecided) {
                 Ok(m) => msgs.push(m),
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
                 Err(mpsc::RecvTimeoutError::Disconnected) => open = false,
             }
-        } else if waiting.is_empty() && !undecided {
+        } else if c.waiting.is_empty() && !undecided {
             return;
-        } else if !waiting.is_empty() {
+        } else if !c.waiting.is_empty() {
             std::thread::sleep(SNAPSHOT_RETRY);
         }
         let noted = acks.issued.load(Ordering::SeqCst);
         msgs.extend(rx.try_iter());
+        c.round(db, rx, acks, msgs, noted);
+    }
+}
+
+/// The committer thread's state between rounds.
+#[derive(Default)]
+struct Committer {
+    /// Newest group image written, per group: an older one arriving later is skipped.
+    written: HashMap<(String, String), u64>,
+    /// Snapshotters whose state was locked when asked: asked again next round.
+    waiting: Vec<Arc<dyn Snapshotter>>,
+    /// A failed commit while a snapshot was still waiting: the tickets are decided later,
+    /// and as failed (some of them were covered by the failed commit).
+    carried: Option<String>,
+    /// With `carried`: every ticket up to here is decided as failed. An image is taken
+    /// after `noted` is read, so it can hold the change of a ticket issued in between (its
+    /// state was still queued); once that commit fails, no later round may call it
+    /// durable. A ticket issued after its state's image was taken queued the state again
+    /// and is failed too: a false failure (the ack is reported as maybe not durable) is
+    /// safe.
+    failed_upto: u64,
+}
+
+impl Committer {
+    /// The round's first message: waited for while nothing is undecided or waiting,
+    /// else only looked for (or waited for a little while snapshots wait).
+    fn first_message(
+        &self,
+        rx: &mpsc::Receiver<Msg>,
+        undecided: bool,
+    ) -> std::result::Result<Msg, mpsc::RecvTimeoutError> {
+        if self.waiting.is_empty() && !undecided {
+            rx.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected)
+        } else if self.waiting.is_empty() {
+            rx.try_recv().map_err(|e| match e {
+                mpsc::TryRecvError::Empty => mpsc::RecvTimeoutError::Timeout,
+                mpsc::TryRecvError::Disconnected => mpsc::RecvTimeoutError::Disconnected,
+            })
+        } else {
+            rx.recv_timeout(SNAPSHOT_RETRY)
+        }
+    }
+
+    /// One round: the jobs of `msgs`, one image per waiting state, one commit of both,
+    /// then the tickets up to `noted` decided (unless a state is still waiting).
+    fn round(
+        &mut self,
+        db: &Database,
+        rx: &mpsc::Receiver<Msg>,
+        acks: &AckWatch,
+        msgs: Vec<Msg>,
+        noted: u64,
+    ) {
         let mut jobs = Vec::new();
         for m in msgs {
             match m {
                 Msg::Job(j) => jobs.push(j),
-                Msg::Snapshot(s) => waiting.push(s),
+                Msg::Snapshot(s) => self.waiting.push(s),
             }
         }
-        // One image per state, taken now: after every change its tickets stand for.
-        let mut keys = std::collections::HashSet::new();
-        let mut taken = Vec::new();
-        let mut took = Vec::new();
-        let mut busy = Vec::new();
-        for s in waiting.drain(..) {
-            if !keys.insert(s.key()) {
-                continue;
-            }
-            match s.try_ops() {
-                Some(ops) => {
-                    taken.extend(ops);
-                    took.push(s);
-                }
-                None => busy.push(s),
-            }
-        }
-        waiting = busy;
+        let (taken, took) = self.take_images();
         // A job queued while the images were taken was made under its state's lock before
         // that state's image (`try_ops` took the lock after): it must land before the
         // image, or an attempt row it writes (a panic charge, not waited for) outlives the
@@ -565,7 +579,7 @@ fn run_committer(db: &Database, rx: &mpsc::Receiver<Msg>, acks: &AckWatch) {
             }
         }
         if !jobs.is_empty() || !taken.is_empty() {
-            let result = apply(db, &jobs, &taken, &mut written).map_err(|e| e.to_string());
+            let result = apply(db, &jobs, &taken, &mut self.written).map_err(|e| e.to_string());
             if result.is_ok() {
                 for s in &took {
                     s.landed();
@@ -575,19 +589,43 @@ fn run_committer(db: &Database, rx: &mpsc::Receiver<Msg>, acks: &AckWatch) {
                 (job.done)(result.clone());
             }
             if let Err(e) = &result {
-                carried = Some(e.clone());
-                failed_upto = failed_upto.max(acks.issued.load(Ordering::SeqCst));
+                self.carried = Some(e.clone());
+                self.failed_upto = self.failed_upto.max(acks.issued.load(Ordering::SeqCst));
             }
         }
-        if waiting.is_empty() {
-            let upto = if carried.is_some() {
-                noted.max(failed_upto)
+        if self.waiting.is_empty() {
+            let upto = if self.carried.is_some() {
+                noted.max(self.failed_upto)
             } else {
                 noted
             };
-            acks.decide(upto, &carried.take().map_or(Ok(()), Err));
+            acks.decide(upto, &self.carried.take().map_or(Ok(()), Err));
         }
-        waiting.extend(later);
+        self.waiting.extend(later);
+    }
+
+    /// One image per waiting state, taken now: after every change its tickets stand for.
+    /// Returns the images' ops and the states taken; states whose lock was busy wait for
+    /// the next round.
+    fn take_images(&mut self) -> (Vec<Op>, Vec<Arc<dyn Snapshotter>>) {
+        let mut keys = std::collections::HashSet::new();
+        let mut taken = Vec::new();
+        let mut took = Vec::new();
+        let mut busy = Vec::new();
+        for s in self.waiting.drain(..) {
+            if !keys.insert(s.key()) {
+                continue;
+            }
+            match s.try_ops() {
+                Some(ops) => {
+                    taken.extend(ops);
+                    took.push(s);
+                }
+                None => busy.push(s),
+            }
+        }
+        self.waiting = busy;
+        (taken, took)
     }
 }
 

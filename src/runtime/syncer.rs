@@ -192,42 +192,12 @@ fn run(waiters: &Waiters) {
         // of the two taking turns between syncs (a 64 KiB sync costs ~1.3x a 32 KiB one).
         // Bounded by half the last sync, and skipped after a wait that timed out (a
         // deadline already past when work came, after an idle spell, is no time-out).
-        let mut timed_out = false;
-        if let Some(until) = linger.take() {
-            let mut waited = false;
-            while waiters.arrived.load(Ordering::SeqCst) < waiters.expected.load(Ordering::SeqCst)
-                && !waiters.stopping.load(Ordering::Acquire)
-            {
-                let now = Instant::now();
-                if now >= until {
-                    timed_out = waited;
-                    break;
-                }
-                std::thread::park_timeout(until - now);
-                waited = true;
-            }
-        }
+        let timed_out = linger
+            .take()
+            .is_some_and(|until| wait_for_cohort(waiters, until));
         // Lowered only now: while it lingers, arrivals do not unpark it one by one.
         waiters.requested.store(false, Ordering::Release);
-        // Held records first, in one write per topic: this round's syncs cover them (and
-        // show them to readers, also if their publishes were cancelled).
-        std::mem::swap(
-            &mut held,
-            &mut waiters.held.lock().unwrap_or_else(|e| e.into_inner()),
-        );
-        for t in held.drain(..) {
-            let seg = t.write_held();
-            if !segments.iter().any(|s| Arc::ptr_eq(s, &seg)) {
-                segments.push(seg);
-            }
-        }
-        // One sync per distinct segment with a waiter; `Segment::sync` skips work already
-        // covered, and a failure poisons the segment, which its waiters see.
-        waiters.parked.for_each_key(|(seg, _, _)| {
-            if !segments.iter().any(|s| Arc::ptr_eq(s, seg)) {
-                segments.push(seg.clone());
-            }
-        });
+        collect_segments(waiters, &mut held, &mut segments);
         let synced = Instant::now();
         let syncs = !segments.is_empty();
         for seg in segments.drain(..) {
@@ -245,6 +215,53 @@ fn run(waiters: &Waiters) {
             linger = Some(Instant::now() + (took / 2).min(MAX_LINGER));
         }
     }
+}
+
+/// Waits until `until` for the publishers the last round woke to park again; returns
+/// whether the wait timed out (a deadline already past when work came, after an idle
+/// spell, is no time-out).
+fn wait_for_cohort(waiters: &Waiters, until: Instant) -> bool {
+    let mut waited = false;
+    while waiters.arrived.load(Ordering::SeqCst) < waiters.expected.load(Ordering::SeqCst)
+        && !waiters.stopping.load(Ordering::Acquire)
+    {
+        let now = Instant::now();
+        if now >= until {
+            return waited;
+        }
+        std::thread::park_timeout(until - now);
+        waited = true;
+    }
+    false
+}
+
+/// Fills `segments` with this round's work: each distinct segment with a waiter, after
+/// writing the held records of every topic in `waiters.held` (`held` is kept across
+/// rounds, so no allocation per round).
+fn collect_segments(
+    waiters: &Waiters,
+    held: &mut Vec<Arc<Topic>>,
+    segments: &mut Vec<Arc<Segment>>,
+) {
+    // Held records first, in one write per topic: this round's syncs cover them (and
+    // show them to readers, also if their publishes were cancelled).
+    std::mem::swap(
+        held,
+        &mut waiters.held.lock().unwrap_or_else(|e| e.into_inner()),
+    );
+    for t in held.drain(..) {
+        let seg = t.write_held();
+        if !segments.iter().any(|s| Arc::ptr_eq(s, &seg)) {
+            segments.push(seg);
+        }
+    }
+    // One sync per distinct segment with a waiter; `Segment::sync` skips work already
+    // covered, and a failure poisons the segment, which its waiters see.
+    waiters.parked.for_each_key(|(seg, _, _)| {
+        if !segments.iter().any(|s| Arc::ptr_eq(s, seg)) {
+            segments.push(seg.clone());
+        }
+    });
 }
 
 /// The longest a round waits for the publishers the previous one woke.
