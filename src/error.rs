@@ -6,64 +6,148 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
+    /// The connection string (or an [`Options`](crate::Options) value) is invalid.
+    /// Fix the named key and open again.
     #[error("invalid connection string: key `{key}`: {reason}")]
-    InvalidConnectionString { key: String, reason: String },
+    InvalidConnectionString {
+        /// The key at fault, or the whole malformed part when it has no `=`.
+        key: String,
+        /// What is wrong with its value, or that the key is unknown or repeated.
+        reason: String,
+    },
 
+    /// A topic or group name (or the dead-letter suffix) breaks the naming rules.
+    /// Names are 1-249 characters of `[A-Za-z0-9._-]`, and not `.` or `..`.
     #[error(
         "invalid topic or group name {name:?}: {reason} (use 1-249 of [A-Za-z0-9._-], not `.` or `..`)"
     )]
-    InvalidTopicName { name: String, reason: &'static str },
+    InvalidTopicName {
+        /// The rejected name, cut to its first 300 characters.
+        name: String,
+        /// Which rule it breaks.
+        reason: &'static str,
+    },
 
+    /// A `message-id` header is empty or longer than 256 UTF-8 bytes.
+    /// Nothing of the publish was appended.
     #[error(
         "invalid message-id header: {reason} (it must be non-empty and at most 256 UTF-8 bytes)"
     )]
-    InvalidMessageId { reason: String },
+    InvalidMessageId {
+        /// Why the id was rejected.
+        reason: String,
+    },
 
+    /// A payload is larger than `Max Message Bytes`.
+    /// Nothing of the publish was appended; raise the limit or split the payload.
     #[error(
         "message of {size} bytes is larger than Max Message Bytes ({max}); raise the limit or split the payload"
     )]
-    MessageTooLarge { size: usize, max: usize },
+    MessageTooLarge {
+        /// The payload's size, in bytes.
+        size: usize,
+        /// The instance's `Max Message Bytes`.
+        max: usize,
+    },
 
+    /// A message's encoded headers are larger than `Max Header Bytes`.
+    /// Nothing of the publish was appended.
     #[error("headers of {size} bytes are larger than Max Header Bytes ({max})")]
-    HeadersTooLarge { size: usize, max: usize },
+    HeadersTooLarge {
+        /// The encoded size of the headers, in bytes.
+        size: usize,
+        /// The instance's `Max Header Bytes`.
+        max: usize,
+    },
 
+    /// [`Spool::ack`](crate::Spool::ack) or [`Spool::nack`](crate::Spool::nack) named an
+    /// offset other than the group's cursor. Use a [`Consumer`](crate::Consumer) to ack out of order.
     #[error(
         "offset {actual} is not the group's cursor {expected}: only the cursor can be acked or nacked at this level"
     )]
-    NotAtCursor { expected: u64, actual: u64 },
+    NotAtCursor {
+        /// The group's cursor: the only offset this call accepts.
+        expected: u64,
+        /// The offset the call named.
+        actual: u64,
+    },
 
+    /// An ack or nack named an offset at or past the end of the log.
     #[error("offset {offset} does not exist yet: the log ends at {next}")]
-    OffsetOutOfRange { offset: u64, next: u64 },
+    OffsetOutOfRange {
+        /// The offset the call named.
+        offset: u64,
+        /// The log's end: the offset the next publish gets.
+        next: u64,
+    },
 
+    /// An ack or nack of a delivery the group no longer holds: the group was reset since
+    /// the hand-out, or the delivery already finished. The call changed nothing.
     #[error(
         "delivery of offset {offset} is stale: the group was reset (or the delivery already finished) since it was handed out"
     )]
-    StaleDelivery { offset: u64 },
+    StaleDelivery {
+        /// The delivery's offset.
+        offset: u64,
+    },
 
+    /// Another spool instance, in this or another process, has the data directory open.
+    /// Close that instance first; only one may use a directory at a time.
     #[error("data directory {} is in use by another spool instance (in this or another process)", path.display())]
-    Locked { path: PathBuf },
+    Locked {
+        /// The locked data directory (or its catalog file).
+        path: PathBuf,
+    },
 
+    /// The request cannot be served by this version.
+    /// Examples: a `Mode` other than `Embedded`, or a catalog written by a newer spool.
     #[error("unsupported: {what}")]
-    Unsupported { what: String },
+    Unsupported {
+        /// What was asked for.
+        what: String,
+    },
 
+    /// A file in the data directory holds data spool can neither read nor repair: damaged
+    /// from outside, or not written by spool. Inspect or restore the named file.
     #[error("corrupt data in {}: {detail}", path.display())]
-    Corrupt { path: PathBuf, detail: String },
+    Corrupt {
+        /// The damaged file.
+        path: PathBuf,
+        /// What was found wrong, and where.
+        detail: String,
+    },
 
+    /// The instance was closed with [`Spool::close`](crate::Spool::close).
+    /// Open it again to continue.
     #[error("the spool instance is closed")]
     Closed,
 
+    /// A write or sync of this topic failed earlier, so the topic stopped.
+    /// Close and reopen the instance to recover.
     #[error("a previous write or sync failed ({reason}); reopen the instance to recover")]
-    Poisoned { reason: String },
+    Poisoned {
+        /// The failure that stopped the topic.
+        reason: String,
+    },
 
+    /// The operating system reported an I/O error.
     #[error("I/O error while {context}: {source}")]
     Io {
+        /// What spool was doing, usually naming the file.
         context: String,
+        /// The underlying error; its `kind()` tells, for example, a full disk or a denied permission.
         #[source]
         source: std::io::Error,
     },
 
+    /// The catalog (the redb file holding cursors and attempts) reported an error.
     #[error("catalog error while {context}: {detail}")]
-    Catalog { context: String, detail: String },
+    Catalog {
+        /// What spool was doing.
+        context: String,
+        /// The catalog's own message.
+        detail: String,
+    },
 }
 
 /// `Result` with spool's [`Error`].

@@ -30,6 +30,7 @@
 //!
 //! See ARCHITECTURE.md for the on-disk format and the invariants.
 #![deny(unsafe_code)]
+#![warn(missing_docs)]
 #![warn(clippy::unwrap_used)]
 
 mod catalog;

@@ -6,21 +6,33 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 
+/// Default `Segment Bytes`: 64 MiB.
 pub const DEFAULT_SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
 /// Below this a segment could not hold even a small record next to its header.
 pub const MIN_SEGMENT_BYTES: u64 = 1024;
+/// Largest `Segment Bytes` accepted: 1 TiB.
 pub const MAX_SEGMENT_BYTES: u64 = 1 << 40;
+/// Default `Max Message Bytes`: 1 MiB. Larger payloads are [`Error::MessageTooLarge`].
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 1024 * 1024;
 /// Hard ceiling for `Max Message Bytes`: record lengths are stored as `u32`.
 pub const MAX_MESSAGE_BYTES_LIMIT: usize = 256 * 1024 * 1024;
+/// Default `Max Header Bytes`: 64 KiB of encoded headers per message.
 pub const DEFAULT_MAX_HEADER_BYTES: usize = 64 * 1024;
+/// Largest `Max Header Bytes` accepted: 16 MiB.
 pub const MAX_HEADER_BYTES_LIMIT: usize = 16 * 1024 * 1024;
+/// Default `Dedup Window`: message ids remembered per topic for de-duplication.
 pub const DEFAULT_DEDUP_WINDOW: usize = 100_000;
+/// Largest `Dedup Window` accepted.
 pub const MAX_DEDUP_WINDOW: usize = 100_000_000;
+/// Default `Max Delivery Attempts`: a message that fails this many deliveries is dead-lettered.
 pub const DEFAULT_MAX_DELIVERY_ATTEMPTS: u32 = 5;
+/// Default `Dead Letter Suffix`: topic `orders` dead-letters to `orders.dlq`.
 pub const DEFAULT_DEAD_LETTER_SUFFIX: &str = ".dlq";
+/// Default `Commit Interval Ms`: auto-acks are persisted this often, in milliseconds.
 pub const DEFAULT_COMMIT_INTERVAL_MS: u64 = 100;
+/// Default `Index Interval Bytes`: one sparse index entry per this many segment bytes.
 pub const DEFAULT_INDEX_INTERVAL_BYTES: u64 = 4096;
+/// Default `Retention Check Ms`: retention runs this often, in milliseconds.
 pub const DEFAULT_RETENTION_CHECK_MS: u64 = 1000;
 /// The longest `message-id` header value, in UTF-8 bytes.
 pub const MAX_MESSAGE_ID_BYTES: usize = 256;
@@ -36,6 +48,7 @@ pub const MAX_MS: u64 = 10 * 365 * 24 * 3600 * 1000;
 /// Storage back-end. Only the embedded one exists today.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Mode {
+    /// The queue lives in this process, on a local data directory.
     #[default]
     Embedded,
 }

@@ -12,8 +12,8 @@
 //!
 //! Covered elsewhere, not repeated here: a second open *from another process* is `Locked`
 //! (`open_and_lock.rs`); single-byte damage inside segments and indexes (`recovery.rs`).
-//! Not coverable here: an *unreadable* data directory — the tests run as root, who reads
-//! everything regardless of permissions.
+//! An *unreadable* data directory is opened by a child process without root's privilege
+//! (root reads everything regardless of permissions).
 
 mod common_core;
 
@@ -1634,15 +1634,23 @@ fn unreadable_directory_child() {
 /// A data directory the process may not read (permissions 000, opened by a non-root
 /// child since root ignores permissions) gives `Error::Io` naming the problem, and its
 /// contents are untouched.
+///
+/// The child runs a copy of this test binary placed in a temporary parent anyone may
+/// traverse: the binary itself may sit under a directory only its owner may enter (a
+/// checkout in a home directory or under `mktemp -d`, mode 0700).
 #[test]
 fn an_unreadable_data_directory_is_an_io_error() {
     use std::os::unix::fs::PermissionsExt;
     use std::os::unix::process::CommandExt;
     // A parent anyone may traverse, holding a directory nobody may enter.
-    let parent = std::env::temp_dir().join(format!("spool-unreadable-{}", std::process::id()));
+    let parent = traversable_temp_dir().join(format!("spool-unreadable-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&parent);
     std::fs::create_dir_all(&parent).expect("parent");
+    let _cleanup = RemoveOnDrop(parent.clone());
     std::fs::set_permissions(&parent, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let exe = parent.join("hostile_input-child");
+    std::fs::copy(std::env::current_exe().expect("exe"), &exe).expect("copy the test binary");
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).expect("chmod exe");
     let data = parent.join("data");
     {
         let mq = Spool::open(&format!("Data Source={}", data.display())).expect("open");
@@ -1659,13 +1667,35 @@ fn an_unreadable_data_directory_is_an_io_error() {
     }
     let before = tree(&data);
     std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o000)).expect("chmod");
-    let out = std::process::Command::new(std::env::current_exe().expect("exe"))
-        .args(["--exact", "unreadable_directory_child", "--nocapture"])
-        .env(UNREADABLE_ENV, &data)
-        .uid(65534)
-        .gid(65534)
-        .output()
-        .expect("spawn an unprivileged child");
+    let child = |unprivileged: bool| {
+        let mut cmd = std::process::Command::new(&exe);
+        cmd.args(["--exact", "unreadable_directory_child", "--nocapture"])
+            .env(UNREADABLE_ENV, &data)
+            .current_dir(&parent);
+        if unprivileged {
+            cmd.uid(65534).gid(65534);
+        }
+        // A process forked by another thread may still hold the copy open for writing
+        // until it execs (milliseconds): retry while the file is busy.
+        let mut tries = 0;
+        loop {
+            match cmd.output() {
+                Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && tries < 50 => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                other => break other,
+            }
+        }
+    };
+    // As root, the child drops to nobody (uid/gid 65534). Without the privilege to do that
+    // (EPERM, not EACCES), this process is not root: the 000 directory is closed to it too.
+    const EPERM: i32 = 1;
+    let out = match child(true) {
+        Err(e) if e.raw_os_error() == Some(EPERM) => child(false),
+        other => other,
+    }
+    .expect("spawn an unprivileged child");
     std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o755)).expect("chmod");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -1678,5 +1708,32 @@ fn an_unreadable_data_directory_is_an_io_error() {
         before,
         "an unreadable directory is left as it was"
     );
-    let _ = std::fs::remove_dir_all(&parent);
+}
+
+/// `std::env::temp_dir()` if every user may traverse its ancestors, else `/tmp`.
+fn traversable_temp_dir() -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let open_to_all = |dir: &Path| {
+        dir.ancestors()
+            .all(|a| std::fs::metadata(a).is_ok_and(|m| m.permissions().mode() & 0o001 != 0))
+    };
+    let tmp = std::env::temp_dir();
+    if open_to_all(&tmp) {
+        tmp
+    } else {
+        PathBuf::from("/tmp")
+    }
+}
+
+/// Removes a directory tree when dropped, after making it readable again (also when the
+/// test failed with a directory at mode 000 inside).
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        use std::os::unix::fs::PermissionsExt;
+        let _ =
+            std::fs::set_permissions(self.0.join("data"), std::fs::Permissions::from_mode(0o755));
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }

@@ -58,9 +58,11 @@ impl Record {
     pub fn timestamp_ms(&self) -> u64 {
         self.timestamp_ms
     }
+    /// The message body. Cloning it is cheap: it shares the buffer it was read into.
     pub fn payload(&self) -> &Bytes {
         &self.payload
     }
+    /// The headers it was published with.
     pub fn headers(&self) -> &Headers {
         &self.headers
     }

@@ -156,9 +156,11 @@ impl Drop for Shared {
 }
 
 impl Consumer {
+    /// The topic this consumer reads.
     pub fn topic(&self) -> &str {
         self.shared.group.topic()
     }
+    /// The consumer group it belongs to.
     pub fn group(&self) -> &str {
         self.shared.group.group()
     }
@@ -377,21 +379,27 @@ pub struct Delivery {
 }
 
 impl Delivery {
+    /// The topic the message was read from.
     pub fn topic(&self) -> &str {
         self.shared.group.topic()
     }
+    /// The consumer group it was delivered to.
     pub fn group(&self) -> &str {
         self.shared.group.group()
     }
+    /// The message's offset in its topic.
     pub fn offset(&self) -> u64 {
         self.record.offset()
     }
+    /// The message body. Cloning it is cheap: it shares the buffer it was read into.
     pub fn payload(&self) -> &Bytes {
         self.record.payload()
     }
+    /// The headers it was published with.
     pub fn headers(&self) -> &Headers {
         self.record.headers()
     }
+    /// When the message was appended (monotonic within a topic).
     pub fn timestamp(&self) -> std::time::SystemTime {
         self.record.timestamp()
     }

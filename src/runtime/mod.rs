@@ -281,10 +281,14 @@ impl Spool {
         self.engine()?.fetch(topic, from, max_records)
     }
 
+    /// The topic's offsets, size and segment count. An unknown topic reads as all zeros
+    /// and is not created.
     pub fn topic_info(&self, topic: &str) -> Result<TopicInfo> {
         self.engine()?.topic_info(topic)
     }
 
+    /// The group's cursor, lag, deliveries out and recorded failed attempts. An unknown
+    /// group reads as a new one would start (at the earliest retained offset) and is not created.
     pub fn group_info(&self, topic: &str, group: &str) -> Result<GroupInfo> {
         self.engine()?.group_info(topic, group)
     }
