@@ -6,7 +6,7 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// The connection string (or an [`Options`](crate::Options) value) is invalid.
+    /// The connection string (or an [`Options`](crate::options::Options) value) is invalid.
     /// Fix the named key and open again.
     #[error("invalid connection string: key `{key}`: {reason}")]
     InvalidConnectionString {

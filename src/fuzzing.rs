@@ -5,7 +5,7 @@ use std::path::Path;
 
 use bytes::Bytes;
 
-use crate::Headers;
+use crate::format::Headers;
 use crate::format::record::{self, Frame};
 use crate::format::segment as seg;
 use crate::io::Fs;
@@ -98,7 +98,7 @@ fn recover_and_check(
                 assert_eq!(r.offset, i as u64);
             }
         }
-        Err(crate::Error::Corrupt { .. }) if full_scan_next.is_some_and(|f| f != next) => {}
+        Err(crate::error::Error::Corrupt { .. }) if full_scan_next.is_some_and(|f| f != next) => {}
         Err(e) => panic!("a recovered log does not read back: {e:?}"),
     }
     let h = Headers::new();
@@ -121,7 +121,7 @@ fn recover_and_check(
 
 /// Parses a connection string; never panics.
 pub fn parse_connection_string(s: &str) {
-    if let Ok(o) = crate::Options::parse(s) {
+    if let Ok(o) = crate::options::Options::parse(s) {
         assert!(o.validate().is_ok());
     }
 }

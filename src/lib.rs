@@ -47,13 +47,11 @@ mod queue;
 mod runtime;
 
 pub use error::{Error, Result};
+pub use format::Headers;
 pub use format::record::Record;
 pub use options::{Mode, Options, SyncPolicy};
 pub use queue::{GroupInfo, NackOutcome, OffsetReset, PendingAttempt, TopicInfo};
 pub use runtime::{Consumer, ConsumerBuilder, Delivery, Pull, Spool};
-
-/// Message headers: ordered string pairs. `message-id` is used for de-duplication.
-pub type Headers = std::collections::BTreeMap<String, String>;
 
 /// Test support: the simulated file system of the power-loss tests.
 #[doc(hidden)]
@@ -62,7 +60,7 @@ pub mod testing {
 
     /// `o` with no periodic background work (cursor commits, retention checks): in the
     /// power-loss tests the workload alone decides the order of file operations.
-    pub fn without_background_work(mut o: crate::Options) -> crate::Options {
+    pub fn without_background_work(mut o: crate::options::Options) -> crate::options::Options {
         o.commit_interval_ms = crate::options::MAX_MS;
         o.retention_check_ms = crate::options::MAX_MS;
         o

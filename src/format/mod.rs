@@ -3,3 +3,6 @@
 
 pub mod record;
 pub mod segment;
+
+/// Message headers: ordered string pairs. `message-id` is used for de-duplication.
+pub type Headers = std::collections::BTreeMap<String, String>;

@@ -6,7 +6,7 @@
 
 use bytes::Bytes;
 
-use crate::Headers;
+use super::Headers;
 
 /// `len u32 | crc32 u32`.
 pub const FRAME_HEADER_LEN: usize = 8;

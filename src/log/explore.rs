@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use super::test_support::sim_cfg;
 use super::{Append, LogConfig, TopicLog};
-use crate::Headers;
+use crate::format::Headers;
 use crate::format::record;
 use crate::io::Fs;
 
@@ -41,6 +41,9 @@ fn pick_layout(
     ));
 }
 
+// Kept whole: a random walk whose steps share one model (records, durable prefix,
+// arming, failure flags); each arm of its `match` is a few lines, and the walk reads
+// best as one loop beside the model it checks.
 #[test]
 fn random_kills_power_cuts_retention_and_slow_or_failing_syncs_keep_the_log_a_prefix() {
     use crate::io::sim::SimFs;

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use super::append::PREALLOCATE_BYTES;
 use super::test_support::{append_all, append_one};
 use super::{LogConfig, TopicLog, segment};
-use crate::Headers;
+use crate::format::Headers;
 use crate::format::record;
 use crate::format::segment::SEGMENT_HEADER_LEN;
 use crate::io::{FileStat, Fs};
@@ -198,6 +198,8 @@ fn check_image(
 /// file reused at base `b` holds, inside one old payload, a valid frame numbered
 /// `b + j` at every `HDR + j * f`: wherever a scan stops at a new-record boundary on
 /// old bytes, it finds a forged next record.
+// Kept whole: the forged file's layout, the cut points and the checks after each cut
+// all derive from `s`, `f` and `batch`; apart they would pass a dozen values around.
 fn every_cut_into_a_reused_file(s: u64, f: usize, batch: usize) -> usize {
     let cfg = LogConfig {
         segment_bytes: s,

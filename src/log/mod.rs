@@ -23,8 +23,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
-use crate::Headers;
 use crate::error::{Error, Result};
+use crate::format::Headers;
 use crate::format::record::{self, Record};
 use crate::format::segment::{
     FLAG_FOLLOWS_UNSYNCED, FLAG_SPARE, FOOTER_LEN, INDEX_ENTRY_LEN, IndexEntry, SEGMENT_HEADER_LEN,

@@ -8,8 +8,8 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::{Spool, Wakeup, now_ms};
-use crate::Headers;
 use crate::error::{Error, Result};
+use crate::format::Headers;
 use crate::format::record::Record;
 use std::sync::Arc;
 

@@ -18,8 +18,8 @@ use tokio::sync::Notify;
 
 pub use consumer::{Consumer, ConsumerBuilder, Delivery, Pull};
 
-use crate::Headers;
 use crate::error::{Error, Result};
+use crate::format::Headers;
 use crate::format::record::Record;
 use crate::io::Fs;
 use crate::options::{Options, SyncPolicy};

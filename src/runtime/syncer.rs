@@ -270,7 +270,7 @@ const MAX_LINGER: Duration = Duration::from_micros(500);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Headers;
+    use crate::format::Headers;
     use crate::io::Fs;
     use crate::log::{Append, LogConfig, TopicLog};
 
