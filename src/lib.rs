@@ -17,23 +17,26 @@
 //! ```
 //!
 //! # Layout
-//! Dependencies point down this list, never up:
-//! - [`runtime`](crate::Spool): the `Spool` handle, `Consumer`, `Delivery`, the group-commit
-//!   and ticker threads. The only module that imports tokio.
-//! - `queue`: the semantics (produce + de-duplication, group state, ack/nack,
-//!   dead-letter, reset, retention). Synchronous; takes `now` as an argument.
-//! - `log` (one topic's segments: append, read, index, recovery, retention; knows no
-//!   groups) and `catalog` (the redb file: topics, cursors, attempts, dead-letter intents;
-//!   never reads segments).
-//! - `format` (bytes <-> structs, no I/O) and `io` (the only code touching segment files).
-//! - `options` and `error` are leaves.
+//! Dependencies point down this list, never up (`tests/layout.rs` checks it):
+//! - `spool`, `consumer`, `delivery`: the public handles. Each call forwards to a backend.
+//! - `backend`: the seam, one enum variant per backend (today `Embedded`).
+//! - `runtime`: the embedded backend. Its instance, consumers, deliveries and threads.
+//! - `queue`: the semantics (publish and de-duplication, groups, ack/nack, dead-letter,
+//!   reset, retention). Synchronous; takes `now` as an argument.
+//! - `log` (one topic's segments; knows no groups) and `catalog` (the redb file; never
+//!   reads segments).
+//! - `format` (bytes <-> structs, no I/O) and `io` (the only code touching files).
+//! - `options`, `names` and `error` are leaves.
 //!
 //! See ARCHITECTURE.md for the on-disk format and the invariants.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 #![warn(clippy::unwrap_used)]
 
+mod backend;
 mod catalog;
+mod consumer;
+mod delivery;
 mod error;
 mod fault;
 mod format;
@@ -45,13 +48,16 @@ mod options;
 mod parked;
 mod queue;
 mod runtime;
+mod spool;
 
+pub use consumer::{Consumer, ConsumerBuilder, Pull};
+pub use delivery::Delivery;
 pub use error::{Error, Result};
 pub use format::Headers;
 pub use format::record::Record;
 pub use options::{Mode, Options, SyncPolicy};
 pub use queue::{GroupInfo, NackOutcome, OffsetReset, PendingAttempt, TopicInfo};
-pub use runtime::{Consumer, ConsumerBuilder, Delivery, Pull, Spool};
+pub use spool::Spool;
 
 /// Test support: the simulated file system of the power-loss tests.
 #[doc(hidden)]

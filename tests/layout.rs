@@ -41,10 +41,16 @@ const LAYERS: &[(&str, &[&str])] = &[
             "error", "fault", "format", "io", "log", "options", "parked", "queue",
         ],
     ),
+    ("backend", &["error", "io", "options", "runtime"]),
     (
-        "backend",
+        "delivery",
+        &["backend", "error", "format", "queue", "runtime"],
+    ),
+    ("consumer", &["backend", "delivery", "error", "spool"]),
+    (
+        "spool",
         &[
-            "error", "format", "io", "log", "options", "parked", "queue", "runtime",
+            "backend", "consumer", "error", "format", "io", "options", "queue",
         ],
     ),
     ("fuzzing", &["error", "format", "io", "log", "options"]),

@@ -13,6 +13,11 @@
 //! group image carries the sequence number it was taken with, and an image older than one
 //! already written is skipped, so images reach the catalog newest-last whichever path
 //! wrote them.
+//!
+//! Files, by role:
+//! - `mod.rs`: the tables, the records stored in them, `Catalog` (open and reads).
+//! - `committer.rs`: the committer thread, group images, the ack watermark.
+//! - `storage.rs`: redb's storage backend over the crate's file seam.
 
 mod committer;
 mod storage;

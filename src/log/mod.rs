@@ -1,9 +1,28 @@
 //! One topic's log: a directory of segments, appended by one writer, read by many readers.
 //!
-//! **Invariants:** the log knows records and offsets, never groups or the catalog. Offsets
-//! are dense from the first segment's base to `next`. Only the last segment is written;
-//! a segment is synced before the next one is created, so a sealed segment is always
-//! durable. Readers never see bytes past a segment's published `end`.
+//! **Invariants:**
+//! - The log knows records and offsets, never groups or the catalog.
+//! - Offsets are dense from the first segment's base to `next`.
+//! - Only the last segment is written.
+//! - Under `Always` and `Interval` a segment is synced before the next one is created.
+//!   Under `None` at most `MAX_SEALING` rolled segments may still be unsynced, and
+//!   recovery cuts the log back to the first loss, so it stays a prefix.
+//! - Readers never see bytes past a segment's published `end`.
+//!
+//! Files, by role:
+//! - `mod.rs`: `TopicLog` (the writer), `LogReader` (the read handle), their config.
+//! - `open.rs`: recovery at open, step by step.
+//! - `append.rs`: encoding and writing batches, zeros ahead, held records.
+//! - `roll.rs`: starting the next segment (spare, kept file, or new).
+//! - `sealing.rs`: sealing segments, inline or in the background.
+//! - `read.rs`: batched reads, time lookups, message ids for de-duplication.
+//! - `retention.rs`: deleting whole sealed segments.
+//! - `summaries.rs`: the `sealed.sum` cache that spares open a read per segment.
+//! - `eviction.rs`: bounds on open files and loaded indexes.
+//! - `segment/`: one segment file and its index.
+//! - `explore.rs`, `kill_points.rs`, `test_support.rs`: tests only.
+//!
+//! Design detail: `docs/internals.md`, section `log/`.
 
 mod append;
 mod eviction;

@@ -1,13 +1,13 @@
-//! Consumers and deliveries: waiting without polling, auto-ack, release on drop.
+//! The embedded backend's consumers and deliveries: waiting without polling, auto-ack,
+//! release on drop.
 
 use std::future::Future;
-use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::{Spool, Wakeup, now_ms};
+use super::{Embedded, Wakeup, now_ms};
 use crate::error::{Error, Result};
 use crate::format::Headers;
 use crate::format::record::Record;
@@ -16,98 +16,54 @@ use std::sync::Arc;
 use crate::queue::{GroupRef, LentRecords, NackOutcome, Ticket};
 use std::sync::atomic::Ordering;
 
-/// Configures a [`Consumer`].
-#[derive(Debug)]
-#[must_use = "call .build() to get a consumer"]
-pub struct ConsumerBuilder {
-    spool: Spool,
-    topic: String,
-    group: String,
-    manual_ack: bool,
-    max_in_flight: usize,
-    busy_poll: Duration,
+/// How a consumer takes deliveries (`ConsumerBuilder`'s settings).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ConsumerConfig {
+    /// Every ack and nack is the application's (else auto-ack).
+    pub manual_ack: bool,
+    /// Deliveries the group may have out at once, across its consumers (at least 1).
+    pub max_in_flight: usize,
+    /// How long `recv` spins before it parks its thread (zero: it parks at once).
+    pub busy_poll: Duration,
 }
 
-impl ConsumerBuilder {
-    pub(crate) fn new(spool: Spool, topic: &str, group: &str) -> Self {
-        ConsumerBuilder {
-            spool,
-            topic: topic.to_owned(),
-            group: group.to_owned(),
-            manual_ack: false,
-            max_in_flight: 1,
-            busy_poll: Duration::ZERO,
-        }
-    }
-
-    /// Leave every ack and nack to the application (default: auto-ack, see [`Consumer`]).
-    pub fn manual_ack(mut self) -> Self {
-        self.manual_ack = true;
-        self
-    }
-
-    /// How many deliveries the group may have out at once, across its consumers
-    /// (default 1: strict order). The group uses the value of its latest `build`.
-    pub fn max_in_flight(mut self, n: usize) -> Self {
-        self.max_in_flight = n.max(1);
-        self
-    }
-
-    /// Before `recv` parks its thread to wait for a record, it spins watching for one, for
-    /// up to `budget` in all per call (default zero: it parks at once). For latency: a
-    /// parked thread takes tens of microseconds to wake on some machines (a virtual CPU
-    /// that halted), a spinning one sees the record within a microsecond. The cost is a
-    /// CPU busy while the topic is quiet, and the runtime's other tasks on that thread wait
-    /// while it spins (`recv_timeout`'s timer too: it may fire up to `budget` late): give
-    /// such a consumer a thread of its own. A close ends the spin at once.
-    pub fn busy_poll(mut self, budget: Duration) -> Self {
-        self.busy_poll = budget;
-        self
-    }
-
+impl EmbeddedConsumer {
     /// Checks the names, creates the topic and group if needed.
-    pub fn build(self) -> Result<Consumer> {
-        let group = self.spool.engine()?.register_consumer(
-            &self.topic,
-            &self.group,
-            self.max_in_flight,
-            now_ms(),
-        )?;
-        let wakeup = self.spool.notifier(&self.topic);
+    pub(crate) fn build(
+        spool: Embedded,
+        topic: &str,
+        group: &str,
+        cfg: ConsumerConfig,
+    ) -> Result<EmbeddedConsumer> {
+        let group =
+            spool
+                .engine()?
+                .register_consumer(topic, group, cfg.max_in_flight.max(1), now_ms())?;
+        let wakeup = spool.notifier(topic);
         // The group's bound may have grown (a larger `max_in_flight`): a consumer waiting
         // for a slot may have one now.
         wakeup.wake();
-        Ok(Consumer {
+        Ok(EmbeddedConsumer {
             shared: Arc::new(Shared {
-                spool: self.spool,
+                spool,
                 group,
                 wakeup,
                 orphan: std::sync::Mutex::new(None),
             }),
-            manual_ack: self.manual_ack,
-            busy_poll: self.busy_poll,
+            manual_ack: cfg.manual_ack,
+            busy_poll: cfg.busy_poll,
             previous: None,
             lent: None,
         })
     }
 }
 
-/// Pulls deliveries of one group of one topic.
-///
-/// **Auto-ack** (the default): the previous delivery is acked when this consumer asks for
-/// the next one, or is closed or dropped; never when it is handed out, so a
-/// `recv -> handle -> recv` loop is at-least-once. Auto-acks are persisted every
-/// `Commit Interval Ms` (default 100 ms) and on close: after a crash, up to that window
-/// of auto-acked messages is delivered again. An explicit `ack`/`nack` on the delivery
-/// still works and is durable when it returns.
-///
-/// **Manual ack**: a delivery dropped without ack or nack is released and delivered
-/// again (a release does not count as an attempt).
+/// The embedded backend's consumer (see [`crate::Consumer`] for the rules it keeps).
 #[derive(Debug)]
-pub struct Consumer {
+pub(crate) struct EmbeddedConsumer {
     shared: Arc<Shared>,
     manual_ack: bool,
-    /// How long `recv` spins before it parks (`ConsumerBuilder::busy_poll`).
+    /// How long `recv` spins before it parks (`ConsumerConfig::busy_poll`).
     busy_poll: Duration,
     /// Auto-ack: the delivery to ack when the next one is asked for.
     previous: Option<Ticket>,
@@ -125,7 +81,7 @@ struct Lent {
 /// What a consumer and its deliveries share (one `Arc` per delivery).
 #[derive(Debug)]
 struct Shared {
-    spool: Spool,
+    spool: Embedded,
     group: GroupRef,
     wakeup: Arc<Wakeup>,
     /// Auto-ack: the previous delivery of a consumer a panic dropped while deliveries of
@@ -155,7 +111,7 @@ impl Drop for Shared {
     }
 }
 
-impl Consumer {
+impl EmbeddedConsumer {
     /// The topic this consumer reads.
     pub fn topic(&self) -> &str {
         self.shared.group.topic()
@@ -177,7 +133,7 @@ impl Consumer {
 
     /// The next lent record, unless the group took them back. Handing it out acks the
     /// previous delivery (the group counts it as finished when it takes the loan back).
-    fn next_lent(&mut self) -> Option<Delivery> {
+    fn next_lent(&mut self) -> Option<EmbeddedDelivery> {
         let l = self.lent.as_mut()?;
         let Some(offset) = l.records.records.front().map(|r| r.offset()) else {
             self.lent = None;
@@ -198,7 +154,7 @@ impl Consumer {
             token: l.token,
         };
         self.previous = Some(ticket);
-        Some(Delivery {
+        Some(EmbeddedDelivery {
             shared: self.shared.clone(),
             record,
             attempt: 1,
@@ -208,7 +164,7 @@ impl Consumer {
     }
 
     /// Hands out the next delivery if one is available now (acking the previous one).
-    fn try_next(&mut self) -> Result<Option<Delivery>> {
+    fn try_next(&mut self) -> Result<Option<EmbeddedDelivery>> {
         if let Some(d) = self.next_lent() {
             return Ok(Some(d));
         }
@@ -236,7 +192,7 @@ impl Consumer {
                     token: h.token,
                 });
             }
-            Delivery {
+            EmbeddedDelivery {
                 shared: self.shared.clone(),
                 record: h.record,
                 attempt: h.attempt,
@@ -247,7 +203,7 @@ impl Consumer {
     }
 
     /// Waits for the next delivery.
-    pub async fn recv(&mut self) -> Result<Delivery> {
+    pub async fn recv(&mut self) -> Result<EmbeddedDelivery> {
         if let Some(d) = self.try_next()? {
             return Ok(d);
         }
@@ -278,26 +234,8 @@ impl Consumer {
 
     /// The next delivery if one is available now, without waiting (and without a runtime
     /// timer: the cheap way to fill a window of deliveries after a `recv`).
-    pub fn try_recv(&mut self) -> Result<Option<Delivery>> {
+    pub fn try_recv(&mut self) -> Result<Option<EmbeddedDelivery>> {
         self.try_next()
-    }
-
-    /// Waits up to `timeout` for the next delivery (`None` if none came). Needs a tokio
-    /// runtime with the time driver enabled.
-    pub async fn recv_timeout(&mut self, timeout: Duration) -> Result<Option<Delivery>> {
-        match tokio::time::timeout(timeout, self.recv()).await {
-            Ok(r) => r.map(Some),
-            Err(_) => Ok(None),
-        }
-    }
-
-    /// The deliveries as a stream (it ends after an error such as `Closed`).
-    pub fn pull(&mut self) -> Pull<'_> {
-        Pull {
-            consumer: Some(self),
-            pending: None,
-            done: false,
-        }
     }
 
     /// Acks the previous delivery (auto-ack) and stops.
@@ -306,7 +244,7 @@ impl Consumer {
     }
 }
 
-impl Drop for Consumer {
+impl Drop for EmbeddedConsumer {
     fn drop(&mut self) {
         // Dropped by a panic while deliveries of it are alive (a handler the panic unwinds
         // may hold the last one, dropped after the consumer): not acked now, but when the
@@ -325,52 +263,9 @@ impl Drop for Consumer {
     }
 }
 
-type RecvFuture<'a> =
-    Pin<Box<dyn Future<Output = (Result<Delivery>, &'a mut Consumer)> + Send + 'a>>;
-
-/// The stream returned by [`Consumer::pull`].
-pub struct Pull<'a> {
-    consumer: Option<&'a mut Consumer>,
-    pending: Option<RecvFuture<'a>>,
-    done: bool,
-}
-
-impl futures_core::Stream for Pull<'_> {
-    type Item = Result<Delivery>;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        if self.done {
-            return Poll::Ready(None);
-        }
-        if self.pending.is_none() {
-            let Some(c) = self.consumer.take() else {
-                return Poll::Ready(None);
-            };
-            self.pending = Some(Box::pin(async move {
-                let r = c.recv().await;
-                (r, c)
-            }));
-        }
-        let Some(fut) = self.pending.as_mut() else {
-            return Poll::Ready(None);
-        };
-        match fut.as_mut().poll(cx) {
-            Poll::Pending => Poll::Pending,
-            Poll::Ready((r, c)) => {
-                self.pending = None;
-                self.consumer = Some(c);
-                if r.is_err() {
-                    self.done = true;
-                }
-                Poll::Ready(Some(r))
-            }
-        }
-    }
-}
-
-/// One message handed to a consumer.
+/// The embedded backend's delivery (see [`crate::Delivery`] for the rules it keeps).
 #[derive(Debug)]
-pub struct Delivery {
+pub(crate) struct EmbeddedDelivery {
     shared: Arc<Shared>,
     record: Record,
     attempt: u32,
@@ -378,7 +273,7 @@ pub struct Delivery {
     release_on_drop: bool,
 }
 
-impl Delivery {
+impl EmbeddedDelivery {
     /// The topic the message was read from.
     pub fn topic(&self) -> &str {
         self.shared.group.topic()
@@ -461,7 +356,7 @@ impl Delivery {
     }
 }
 
-impl Drop for Delivery {
+impl Drop for EmbeddedDelivery {
     fn drop(&mut self) {
         // Dropped by a panic (auto-ack or manual), the delivery was not handled: a failed
         // attempt, delivered again, so the next `recv` or the consumer's close (which ack

@@ -1,8 +1,17 @@
-//! The `Spool` handle, consumers, and the threads an instance owns (group commit, the
-//! ticker for auto-ack commits and retention, and the interval syncs). **Invariant:** the only
-//! module importing tokio; only tokio's runtime-agnostic `sync` and `time` parts are
-//! used, so every `async fn` works under any tokio runtime. No std lock is held across
-//! an `.await`.
+//! The embedded backend: the instance on a data directory, its consumers and deliveries,
+//! and the threads it owns.
+//!
+//! **Invariants:**
+//! - Only tokio's runtime-agnostic `sync` and `time` parts are used, so every `async fn`
+//!   works under any tokio runtime.
+//! - No std lock is held across an `.await`.
+//!
+//! Files, by role:
+//! - `mod.rs`: `Embedded` (publish, admin calls, close), consumer wake-ups, the ticker and
+//!   interval-sync threads.
+//! - `consumer.rs`: `EmbeddedConsumer` and `EmbeddedDelivery`: waiting, auto-ack, release
+//!   on drop.
+//! - `syncer.rs`: the sync thread that group-commits publishes under `Sync=Always`.
 
 mod consumer;
 mod syncer;
@@ -16,7 +25,7 @@ use std::time::{Duration, Instant, SystemTime};
 use bytes::Bytes;
 use tokio::sync::Notify;
 
-pub use consumer::{Consumer, ConsumerBuilder, Delivery, Pull};
+pub(crate) use consumer::{ConsumerConfig, EmbeddedConsumer, EmbeddedDelivery};
 
 use crate::error::{Error, Result};
 use crate::format::Headers;
@@ -31,15 +40,16 @@ pub(crate) fn now_ms() -> u64 {
     crate::format::record::system_time_ms(SystemTime::now())
 }
 
-/// An open spool instance. Cheap to clone; every clone shares the instance.
+/// The embedded backend: an open instance on a data directory. Cheap to clone; every
+/// clone shares the instance (see [`crate::Spool`] for what each call promises).
 #[derive(Clone)]
-pub struct Spool {
+pub(crate) struct Embedded {
     inner: Arc<Inner>,
 }
 
-impl std::fmt::Debug for Spool {
+impl std::fmt::Debug for Embedded {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Spool").finish_non_exhaustive()
+        f.debug_struct("Embedded").finish_non_exhaustive()
     }
 }
 
@@ -74,25 +84,10 @@ impl Drop for Inner {
     }
 }
 
-impl Spool {
-    /// Opens an instance from a connection string such as
-    /// `Data Source=./demo-data;Mode=Embedded`.
-    pub fn open(connection_string: &str) -> Result<Spool> {
-        Spool::open_with(Options::parse(connection_string)?)
-    }
-
-    /// Opens an instance from [`Options`].
-    pub fn open_with(options: Options) -> Result<Spool> {
-        Spool::open_on(Fs::real(), options)
-    }
-
-    /// Opens an instance on a simulated file system (power-loss tests).
-    #[doc(hidden)]
-    pub fn open_simulated(options: Options, fs: &crate::io::sim::SimFs) -> Result<Spool> {
-        Spool::open_on(Fs::new(Arc::new(fs.clone())), options)
-    }
-
-    fn open_on(fs: Fs, options: Options) -> Result<Spool> {
+impl Embedded {
+    /// Opens the instance on `fs` (the real file system, or the power-loss tests'
+    /// simulated one).
+    pub(crate) fn open_on(fs: Fs, options: Options) -> Result<Embedded> {
         let sync = options.sync;
         let ticking = options.clone();
         let engine = Arc::new(Engine::open(fs, options, now_ms())?);
@@ -112,7 +107,7 @@ impl Spool {
             sync,
         });
         inner.ticker.start(inner.engine.clone(), &ticking)?;
-        Ok(Spool { inner })
+        Ok(Embedded { inner })
     }
 
     /// Runs `f` on the engine under the read lock (no `Arc` traffic: hot paths use this).
@@ -239,11 +234,6 @@ impl Spool {
             }),
             (SyncPolicy::Interval(_) | SyncPolicy::None, _) => Ok(()),
         }
-    }
-
-    /// A consumer of `topic` in `group`.
-    pub fn consumer(&self, topic: &str, group: &str) -> ConsumerBuilder {
-        ConsumerBuilder::new(self.clone(), topic, group)
     }
 
     /// Acks the group's cursor (must equal `offset`).

@@ -1,4 +1,16 @@
 //! One segment file and its sparse index: scanning, recovery of a torn tail, reads.
+//!
+//! **Invariant:** a `Segment` is shared by the writer and readers; readers see records
+//! only up to its published `end`, and only the writer moves it.
+//!
+//! Files, by role:
+//! - `mod.rs`: `Segment`, its progress and sync, `Visibility` (`Sync=Always`).
+//! - `open.rs`: making and opening segment files, the header check, the spare file.
+//! - `index.rs`: the sparse index: loading, checking, rebuilding, sealed writes.
+//! - `read.rs`: reads, time lookups, the whole-segment check before sealing.
+//! - `scan.rs`: scanning records from a known boundary.
+//! - `footer.rs`: a sealed index's footer and when to believe it.
+//! - `wholeness.rs`: whether a segment that was syncing at a crash lost records.
 
 mod footer;
 mod index;

@@ -1,0 +1,187 @@
+//! [`ConsumerBuilder`], [`Consumer`] and its stream [`Pull`]: how an application takes
+//! deliveries of one group. Each call forwards to the backend's consumer (`backend.rs`).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use crate::backend::{ConsumerBackend, ConsumerConfig};
+use crate::delivery::Delivery;
+use crate::error::Result;
+use crate::spool::Spool;
+
+/// Configures a [`Consumer`].
+#[derive(Debug)]
+#[must_use = "call .build() to get a consumer"]
+pub struct ConsumerBuilder {
+    spool: Spool,
+    topic: String,
+    group: String,
+    cfg: ConsumerConfig,
+}
+
+impl ConsumerBuilder {
+    pub(crate) fn new(spool: Spool, topic: &str, group: &str, cfg: ConsumerConfig) -> Self {
+        ConsumerBuilder {
+            spool,
+            topic: topic.to_owned(),
+            group: group.to_owned(),
+            cfg,
+        }
+    }
+
+    /// Leave every ack and nack to the application (default: auto-ack, see [`Consumer`]).
+    pub fn manual_ack(mut self) -> Self {
+        self.cfg.manual_ack = true;
+        self
+    }
+
+    /// How many deliveries the group may have out at once, across its consumers
+    /// (default 1: strict order). The group uses the value of its latest `build`.
+    pub fn max_in_flight(mut self, n: usize) -> Self {
+        self.cfg.max_in_flight = n.max(1);
+        self
+    }
+
+    /// Before `recv` parks its thread to wait for a record, it spins watching for one, for
+    /// up to `budget` in all per call (default zero: it parks at once).
+    ///
+    /// It is for latency: a parked thread takes tens of microseconds to wake on some
+    /// machines (a virtual CPU that halted); a spinning one sees the record within a
+    /// microsecond. The costs:
+    /// - a CPU is busy while the topic is quiet;
+    /// - the runtime's other tasks on that thread wait while it spins (`recv_timeout`'s
+    ///   timer too: it may fire up to `budget` late). Give such a consumer a thread of its
+    ///   own.
+    ///
+    /// A close ends the spin at once.
+    pub fn busy_poll(mut self, budget: Duration) -> Self {
+        self.cfg.busy_poll = budget;
+        self
+    }
+
+    /// Checks the names, creates the topic and group if needed.
+    pub fn build(self) -> Result<Consumer> {
+        let inner = self
+            .spool
+            .backend()
+            .consumer(&self.topic, &self.group, self.cfg)?;
+        Ok(Consumer { inner })
+    }
+}
+
+/// Pulls deliveries of one group of one topic.
+///
+/// **Auto-ack** (the default): the previous delivery is acked when this consumer asks for
+/// the next one, or is closed or dropped; never when it is handed out, so a
+/// `recv -> handle -> recv` loop is at-least-once. Auto-acks are persisted every
+/// `Commit Interval Ms` (default 100 ms) and on [`Spool::close`]: after a crash, up to
+/// that window of auto-acked messages is delivered again. An explicit `ack`/`nack` on the
+/// delivery still works and is durable when it returns.
+///
+/// **Manual ack**: a delivery dropped without ack or nack is released and delivered
+/// again (a release does not count as an attempt).
+#[derive(Debug)]
+pub struct Consumer {
+    inner: ConsumerBackend,
+}
+
+impl Consumer {
+    /// The topic this consumer reads.
+    pub fn topic(&self) -> &str {
+        match &self.inner {
+            ConsumerBackend::Embedded(c) => c.topic(),
+        }
+    }
+
+    /// The consumer group it belongs to.
+    pub fn group(&self) -> &str {
+        match &self.inner {
+            ConsumerBackend::Embedded(c) => c.group(),
+        }
+    }
+
+    /// Waits for the next delivery.
+    pub async fn recv(&mut self) -> Result<Delivery> {
+        match &mut self.inner {
+            ConsumerBackend::Embedded(c) => c.recv().await.map(Delivery::embedded),
+        }
+    }
+
+    /// The next delivery if one is available now, without waiting (and without a runtime
+    /// timer: the cheap way to fill a window of deliveries after a `recv`).
+    pub fn try_recv(&mut self) -> Result<Option<Delivery>> {
+        match &mut self.inner {
+            ConsumerBackend::Embedded(c) => Ok(c.try_recv()?.map(Delivery::embedded)),
+        }
+    }
+
+    /// Waits up to `timeout` for the next delivery (`None` if none came). Needs a tokio
+    /// runtime with the time driver enabled.
+    pub async fn recv_timeout(&mut self, timeout: Duration) -> Result<Option<Delivery>> {
+        match tokio::time::timeout(timeout, self.recv()).await {
+            Ok(r) => r.map(Some),
+            Err(_) => Ok(None),
+        }
+    }
+
+    /// The deliveries as a stream (it ends after an error such as `Closed`).
+    pub fn pull(&mut self) -> Pull<'_> {
+        Pull {
+            consumer: Some(self),
+            pending: None,
+            done: false,
+        }
+    }
+
+    /// Acks the previous delivery (auto-ack) and stops.
+    pub async fn close(self) -> Result<()> {
+        match self.inner {
+            ConsumerBackend::Embedded(c) => c.close().await,
+        }
+    }
+}
+
+type RecvFuture<'a> =
+    Pin<Box<dyn Future<Output = (Result<Delivery>, &'a mut Consumer)> + Send + 'a>>;
+
+/// The stream returned by [`Consumer::pull`].
+pub struct Pull<'a> {
+    consumer: Option<&'a mut Consumer>,
+    pending: Option<RecvFuture<'a>>,
+    done: bool,
+}
+
+impl futures_core::Stream for Pull<'_> {
+    type Item = Result<Delivery>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if self.done {
+            return Poll::Ready(None);
+        }
+        if self.pending.is_none() {
+            let Some(c) = self.consumer.take() else {
+                return Poll::Ready(None);
+            };
+            self.pending = Some(Box::pin(async move {
+                let r = c.recv().await;
+                (r, c)
+            }));
+        }
+        let Some(fut) = self.pending.as_mut() else {
+            return Poll::Ready(None);
+        };
+        match fut.as_mut().poll(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready((r, c)) => {
+                self.pending = None;
+                self.consumer = Some(c);
+                if r.is_err() {
+                    self.done = true;
+                }
+                Poll::Ready(Some(r))
+            }
+        }
+    }
+}

@@ -1,0 +1,165 @@
+//! [`Spool`]: the handle an application opens, publishes through and builds consumers
+//! from. It forwards every call to its backend (`backend.rs`).
+
+use bytes::Bytes;
+
+use crate::backend::{Backend, ConsumerConfig};
+use crate::consumer::ConsumerBuilder;
+use crate::error::Result;
+use crate::format::Headers;
+use crate::format::record::Record;
+use crate::io::Fs;
+use crate::options::Options;
+use crate::queue::{GroupInfo, NackOutcome, OffsetReset, TopicInfo};
+
+/// An open spool instance. Cheap to clone; every clone shares the instance.
+#[derive(Clone, Debug)]
+pub struct Spool {
+    backend: Backend,
+}
+
+impl Spool {
+    /// Opens an instance from a connection string such as
+    /// `Data Source=./demo-data;Mode=Embedded`.
+    pub fn open(connection_string: &str) -> Result<Spool> {
+        Spool::open_with(Options::parse(connection_string)?)
+    }
+
+    /// Opens an instance from [`Options`].
+    pub fn open_with(options: Options) -> Result<Spool> {
+        Ok(Spool {
+            backend: Backend::open(Fs::real(), options)?,
+        })
+    }
+
+    /// Opens an instance on a simulated file system (power-loss tests).
+    #[doc(hidden)]
+    pub fn open_simulated(options: Options, fs: &crate::io::sim::SimFs) -> Result<Spool> {
+        let fs = Fs::new(std::sync::Arc::new(fs.clone()));
+        Ok(Spool {
+            backend: Backend::open(fs, options)?,
+        })
+    }
+
+    pub(crate) fn backend(&self) -> &Backend {
+        &self.backend
+    }
+
+    /// Flushes everything, records a clean stop and releases the directory. Every clone
+    /// then fails with [`Error::Closed`](crate::Error::Closed).
+    pub async fn close(&self) -> Result<()> {
+        match &self.backend {
+            Backend::Embedded(e) => e.close().await,
+        }
+    }
+
+    /// Appends one message; returns its offset (the original one on a de-duplication hit).
+    pub async fn publish(
+        &self,
+        topic: &str,
+        payload: impl Into<Bytes>,
+        headers: &Headers,
+    ) -> Result<u64> {
+        match &self.backend {
+            Backend::Embedded(e) => e.publish(topic, payload, headers).await,
+        }
+    }
+
+    /// Appends messages in one write (and one sync); all or nothing.
+    pub async fn publish_batch<P: Into<Bytes>>(
+        &self,
+        topic: &str,
+        messages: Vec<(P, Headers)>,
+    ) -> Result<Vec<u64>> {
+        match &self.backend {
+            Backend::Embedded(e) => e.publish_batch(topic, messages).await,
+        }
+    }
+
+    /// A consumer of `topic` in `group`.
+    pub fn consumer(&self, topic: &str, group: &str) -> ConsumerBuilder {
+        ConsumerBuilder::new(
+            self.clone(),
+            topic,
+            group,
+            ConsumerConfig {
+                manual_ack: false,
+                max_in_flight: 1,
+                busy_poll: std::time::Duration::ZERO,
+            },
+        )
+    }
+
+    /// Acks the group's cursor (must equal `offset`).
+    pub async fn ack(&self, topic: &str, group: &str, offset: u64) -> Result<()> {
+        match &self.backend {
+            Backend::Embedded(e) => e.ack(topic, group, offset).await,
+        }
+    }
+
+    /// Nacks the group's cursor (must equal `offset`).
+    pub async fn nack(
+        &self,
+        topic: &str,
+        group: &str,
+        offset: u64,
+        reason: &str,
+    ) -> Result<NackOutcome> {
+        match &self.backend {
+            Backend::Embedded(e) => e.nack(topic, group, offset, reason).await,
+        }
+    }
+
+    /// Moves the group's cursor; returns the new cursor.
+    pub async fn reset_offset(&self, topic: &str, group: &str, to: OffsetReset) -> Result<u64> {
+        match &self.backend {
+            Backend::Embedded(e) => e.reset_offset(topic, group, to).await,
+        }
+    }
+
+    /// Reads up to `max_records` from `from` (clamped to the earliest retained offset).
+    pub async fn fetch(&self, topic: &str, from: u64, max_records: usize) -> Result<Vec<Record>> {
+        match &self.backend {
+            Backend::Embedded(e) => e.fetch(topic, from, max_records).await,
+        }
+    }
+
+    /// The topic's offsets, size and segment count. An unknown topic reads as all zeros
+    /// and is not created.
+    pub fn topic_info(&self, topic: &str) -> Result<TopicInfo> {
+        match &self.backend {
+            Backend::Embedded(e) => e.topic_info(topic),
+        }
+    }
+
+    /// The group's cursor, lag, deliveries out and recorded failed attempts. An unknown
+    /// group reads as a new one would start (at the earliest retained offset) and is not
+    /// created.
+    pub fn group_info(&self, topic: &str, group: &str) -> Result<GroupInfo> {
+        match &self.backend {
+            Backend::Embedded(e) => e.group_info(topic, group),
+        }
+    }
+
+    /// Every topic, sorted by name.
+    pub fn topics(&self) -> Result<Vec<String>> {
+        match &self.backend {
+            Backend::Embedded(e) => e.topics(),
+        }
+    }
+
+    /// Applies retention now (the background thread also does every `Retention Check Ms`).
+    pub fn apply_retention(&self) -> Result<()> {
+        match &self.backend {
+            Backend::Embedded(e) => e.apply_retention(),
+        }
+    }
+
+    /// Persists auto-acked cursors now (the background thread also does every
+    /// `Commit Interval Ms`).
+    pub fn commit(&self) -> Result<()> {
+        match &self.backend {
+            Backend::Embedded(e) => e.commit(),
+        }
+    }
+}
