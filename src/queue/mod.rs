@@ -13,6 +13,7 @@ pub mod dedup;
 #[cfg(test)]
 mod explore;
 pub mod group;
+mod info;
 pub mod names;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -35,14 +36,11 @@ use crate::options::{
 };
 use dedup::Dedup;
 use group::{Group, Lease};
-
-/// Header names added to a dead-letter copy.
-pub const X_ORIGINAL_TOPIC: &str = "x-original-topic";
-pub const X_ORIGINAL_OFFSET: &str = "x-original-offset";
-pub const X_ORIGINAL_TIMESTAMP: &str = "x-original-timestamp";
-pub const X_CONSUMER_GROUP: &str = "x-consumer-group";
-pub const X_DELIVERY_ATTEMPTS: &str = "x-delivery-attempts";
-pub const X_DEAD_LETTER_REASON: &str = "x-dead-letter-reason";
+pub use info::{
+    GroupInfo, NackOutcome, OffsetReset, PendingAttempt, TopicInfo, X_CONSUMER_GROUP,
+    X_DEAD_LETTER_REASON, X_DELIVERY_ATTEMPTS, X_ORIGINAL_OFFSET, X_ORIGINAL_TIMESTAMP,
+    X_ORIGINAL_TOPIC,
+};
 
 /// Reason recorded for deliveries that were out when the process stopped uncleanly.
 pub const UNCLEAN_STOP_REASON: &str = "in flight when the process stopped without closing";
@@ -78,75 +76,6 @@ const MAX_BODY: usize = record::BODY_FIXED_LEN
 /// Records read ahead per group.
 const PREFETCH_RECORDS: usize = 1024;
 const PREFETCH_BYTES: usize = 1 << 20;
-
-/// Where to move a group's cursor.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OffsetReset {
-    /// The earliest retained record.
-    Earliest,
-    /// The log end: only records published from now on.
-    Latest,
-    /// The first record with a timestamp at or after the time (the log end if none).
-    Time(std::time::SystemTime),
-    /// An offset, clamped to `[earliest, log end]`.
-    Explicit(u64),
-}
-
-/// What a nack did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct NackOutcome {
-    /// Attempts recorded for the message so far, this one included.
-    pub delivery_attempt: u32,
-    /// Whether this nack moved the message to the dead-letter topic.
-    pub dead_lettered: bool,
-    /// The group's cursor after the nack.
-    pub next_offset: u64,
-}
-
-/// State of a topic's log.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct TopicInfo {
-    pub earliest: u64,
-    /// The log end: the offset the next publish gets.
-    pub next: u64,
-    /// `next - earliest`.
-    pub messages: u64,
-    pub bytes: u64,
-    pub segments: usize,
-    /// Message ids currently remembered for de-duplication.
-    pub dedup_ids: usize,
-}
-
-/// One offset with recorded failed attempts.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct PendingAttempt {
-    pub offset: u64,
-    pub attempts: u32,
-    pub last_reason: String,
-}
-
-/// State of a consumer group.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct GroupInfo {
-    /// Next offset not yet finished.
-    pub cursor: u64,
-    /// The log end.
-    pub next: u64,
-    /// `next - cursor`.
-    pub lag: u64,
-    /// Deliveries handed out and not yet acked, nacked or released.
-    pub in_flight: usize,
-    /// Offsets with recorded failed attempts, lowest first.
-    pub pending: Vec<PendingAttempt>,
-    pub dead_lettered: u64,
-    /// Records retention deleted before the group finished them.
-    pub skipped: u64,
-    /// Bumped by each reset.
-    pub epoch: u64,
-}
 
 /// A delivery as the engine hands it out.
 #[derive(Debug)]
