@@ -15,6 +15,8 @@ mod explore;
 pub mod group;
 mod info;
 pub mod names;
+#[cfg(test)]
+mod test_support;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::PathBuf;
@@ -1756,15 +1758,7 @@ mod tests {
     use super::*;
     use crate::catalog::GroupRecord;
     use group::LEASE_RECORDS;
-
-    /// An engine under `Sync=None` on a real temporary directory (kept alive by the guard).
-    fn engine_on_disk() -> (tempfile::TempDir, Engine) {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let mut o = Options::new(dir.path());
-        o.sync = crate::SyncPolicy::None;
-        let e = Engine::open(Fs::real(), o, 1).expect("open");
-        (dir, e)
-    }
+    use test_support::*;
 
     /// Every hand-out is below the lease the catalog holds at that moment, also while the
     /// lease is extended ahead of need without waiting (so a crash can always be blamed).
@@ -1785,8 +1779,7 @@ mod tests {
                 .expect("hand-out")
                 .expect("a record");
             let offset = h.record.offset;
-            let lease =
-                e.catalog.groups().expect("groups")[&("t".to_owned(), "g".to_owned())].lease_end;
+            let lease = catalog_group(&e, "g").lease_end;
             assert!(
                 offset < lease,
                 "offset {offset} handed out above the catalog's lease {lease}"
@@ -1812,7 +1805,7 @@ mod tests {
             // deletes an attempt row that does not exist).
             let noop = Op::DeleteAttempt("t".into(), "g".into(), u64::MAX);
             e.catalog.commit(&[noop]).expect("commit");
-            e.catalog.groups().expect("groups")[&("t".to_owned(), "g".to_owned())].lease_end
+            catalog_group(&e, "g").lease_end
         };
         let mut previous = None;
         for i in 0..3 * LEASE_RECORDS + 7 {
@@ -1857,12 +1850,7 @@ mod tests {
                 .ack_delivery(&r, d.ticket(), true)
                 .expect("ack")
                 .expect("a durable ack's ticket");
-            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-            while e.ack_watch().outcome(ticket).is_none() {
-                assert!(std::time::Instant::now() < deadline, "ack {i} never landed");
-                std::thread::sleep(std::time::Duration::from_micros(200));
-            }
-            assert_eq!(e.ack_watch().outcome(ticket), Some(Ok(())));
+            assert_eq!(wait_ticket(&e, ticket), Ok(()), "ack {i}");
         }
         let g = r.group.lock();
         assert!(
@@ -1932,27 +1920,6 @@ mod tests {
         );
     }
 
-    /// An engine on the simulated file system, `Sync=None` (unclean stops are copies of it).
-    pub(super) fn sim_engine(fs: &crate::io::sim::SimFs) -> Engine {
-        let mut o = Options::new("/data");
-        o.sync = crate::SyncPolicy::None;
-        Engine::open(Fs::new(Arc::new(fs.clone())), o, 1).expect("open")
-    }
-
-    /// `n` records of 8 bytes on topic `t`.
-    pub(super) fn publish_records(e: &Engine, n: u64) {
-        let body = [1u8; 8];
-        let h = Headers::new();
-        let batch: Vec<(&[u8], &Headers)> = (0..n).map(|_| (&body[..], &h)).collect();
-        e.publish("t", &batch, 1).expect("publish");
-    }
-
-    /// The next auto-ack hand-out (acking `previous`), which must exist.
-    fn hand_out(e: &Engine, r: &GroupRef, previous: Option<Ticket>) -> Ticket {
-        let h = e.next_delivery(r, previous, false).expect("hand-out");
-        h.expect("a record").ticket()
-    }
-
     /// After an unclean stop, a careful auto-ack hand-out is one catalog commit: the
     /// hand-out's commit carries the ack before it (two commits per record made a crashed
     /// fast consumer's careful window twice as slow to get through).
@@ -1995,7 +1962,7 @@ mod tests {
         while let Some(h) = e.next_delivery(&r, previous, false).expect("hand-out") {
             previous = Some(h.ticket());
         }
-        let g = e.catalog.groups().expect("groups")[&("t".to_owned(), "g".to_owned())].clone();
+        let g = catalog_group(&e, "g");
         assert_eq!(
             (g.cursor, g.in_flight),
             (30, vec![]),
@@ -2162,10 +2129,6 @@ mod tests {
         o.segment_bytes = 1024;
         Engine::open(Fs::new(Arc::new(fs.clone())), o, 1).expect("open")
     }
-
-    /// Syncs an hour apart: rolls seal inline, and no background sync runs in a test.
-    const HOUR: crate::SyncPolicy =
-        crate::SyncPolicy::Interval(std::time::Duration::from_secs(3600));
 
     /// Publishes a 100-byte record on `t` stamped `now_ms`; its offset and whether it is
     /// held (`Sync=Always`: not written until the sync thread, here nobody, writes it).
