@@ -236,7 +236,7 @@ impl World {
             }
             // Durable acks stay done.
             for &o in &gm.durable_acked {
-                if o < next && o >= g.cursor && !g.done_above.contains(&o) {
+                if o < next && g.unfinished(o) {
                     self.fail(format!(
                         "{what}: {} durable ack of {o} lost (cursor {}, done_above {:?})",
                         *name, g.cursor, g.done_above
@@ -245,7 +245,7 @@ impl World {
             }
             // Durable nack counts stay.
             for (&o, &n) in &gm.nacks {
-                if o < next && o >= g.cursor && !g.done_above.contains(&o) {
+                if o < next && g.unfinished(o) {
                     let a = g.attempts.get(&o).map_or(0, |a| a.attempts);
                     if a < n {
                         self.fail(format!(
@@ -625,7 +625,7 @@ impl World {
                 if g.epoch != rec.epoch {
                     continue;
                 }
-                let pending = |o: u64| o >= g.cursor && o < next && !g.done_above.contains(&o);
+                let pending = |o: u64| o < next && g.unfinished(o);
                 for (&o, a) in rows {
                     if pending(o) {
                         let now = g.attempts.get(&o).map_or(0, |a| a.attempts);

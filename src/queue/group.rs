@@ -446,10 +446,18 @@ impl Group {
         true
     }
 
-    /// Counts a record finished by the nack that reached the attempt limit: dead-lettered
-    /// if it was `copied`, else skipped (retention had deleted it: there was nothing to
-    /// copy, as for every unfinished record retention takes).
-    pub fn count_finished_past_limit(&mut self, copied: bool) {
+    /// Whether `offset` is still to be finished: at or above the cursor, and not done.
+    pub fn unfinished(&self, offset: u64) -> bool {
+        offset >= self.cursor && !self.done_above.contains(&offset)
+    }
+
+    /// Finishes `offset` (out or waiting) as the attempt that reached the limit. It counts
+    /// as dead-lettered if it was `copied`, else as skipped (retention had deleted it:
+    /// there was nothing to copy, as for every unfinished record retention takes).
+    pub fn finish_past_limit(&mut self, offset: u64, copied: bool) {
+        self.redeliver.remove(&offset);
+        self.in_flight.remove(&offset);
+        self.finish(offset);
         if copied {
             self.dead_lettered += 1;
         } else {
