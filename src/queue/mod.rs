@@ -9,12 +9,14 @@
 
 #[cfg(test)]
 mod committer_window;
+mod cursor;
 mod dead_letter;
 pub mod dedup;
 #[cfg(test)]
 mod explore;
 pub mod group;
 mod info;
+mod nack;
 pub mod names;
 mod reset;
 mod retention;
@@ -34,8 +36,7 @@ use crate::io::{DirLock, Fs};
 use crate::log::segment::Segment;
 use crate::log::{Append, LogConfig, LogReader, LogStats, MESSAGE_ID_HEADER, TopicLog};
 use crate::options::{
-    MAX_HEADER_BYTES_LIMIT, MAX_MESSAGE_BYTES_LIMIT, MAX_MESSAGE_ID_BYTES, MAX_NACK_REASON_BYTES,
-    Options,
+    MAX_HEADER_BYTES_LIMIT, MAX_MESSAGE_BYTES_LIMIT, MAX_MESSAGE_ID_BYTES, Options,
 };
 use dedup::Dedup;
 use group::{Group, Lease};
@@ -1111,153 +1112,6 @@ impl Engine {
         }
     }
 
-    pub fn nack_delivery(
-        &self,
-        r: &GroupRef,
-        ticket: Ticket,
-        reason: &str,
-        now_ms: u64,
-    ) -> Result<NackOutcome> {
-        let mut g = r.group.lock();
-        if !g.holds(ticket.offset, ticket.epoch, ticket.token) {
-            return Err(Error::StaleDelivery {
-                offset: ticket.offset,
-            });
-        }
-        g.in_flight.remove(&ticket.offset);
-        self.nack_taken(&r.topic, &r.name, &mut g, ticket.offset, reason, now_ms)
-    }
-
-    /// Low-level ack of the group's cursor.
-    pub fn ack_cursor(&self, topic: &str, group: &str, offset: u64) -> Result<()> {
-        self.refuse_unless_exists_or_valid(topic, group, offset)?;
-        let (t, g) = self.existing_group(topic, group)?;
-        let mut g = g.lock();
-        self.clamp(&t, group, &mut g);
-        self.take_cursor(&t, &mut g, offset)?;
-        g.finish(offset);
-        let ops = group_ops(topic, group, &mut g);
-        self.catalog.commit(&ops)
-    }
-
-    /// Low-level nack of the group's cursor.
-    pub fn nack_cursor(
-        &self,
-        topic: &str,
-        group: &str,
-        offset: u64,
-        reason: &str,
-        now_ms: u64,
-    ) -> Result<NackOutcome> {
-        self.refuse_unless_exists_or_valid(topic, group, offset)?;
-        let (t, g) = self.existing_group(topic, group)?;
-        let mut g = g.lock();
-        self.clamp(&t, group, &mut g);
-        self.take_cursor(&t, &mut g, offset)?;
-        self.nack_taken(&t, group, &mut g, offset, reason, now_ms)
-    }
-
-    /// A low-level ack or nack addressed to a topic or group that does not exist yet is
-    /// checked against the state it would start in (cursor at the earliest offset), so a
-    /// refused call creates neither: only a call that succeeds brings them into being.
-    fn refuse_unless_exists_or_valid(&self, topic: &str, group: &str, offset: u64) -> Result<()> {
-        names::check(topic)?;
-        names::check(group)?;
-        let (cursor, next) = match self.topic(topic) {
-            Some(t) if lock(&t.groups).contains_key(group) => return Ok(()),
-            Some(t) => (t.reader.earliest(), t.reader.next()),
-            None => (0, 0),
-        };
-        if offset != cursor {
-            return Err(Error::NotAtCursor {
-                expected: cursor,
-                actual: offset,
-            });
-        }
-        if offset >= next {
-            return Err(Error::OffsetOutOfRange { offset, next });
-        }
-        Ok(())
-    }
-
-    fn take_cursor(&self, t: &Topic, g: &mut Group, offset: u64) -> Result<()> {
-        if offset != g.cursor {
-            return Err(Error::NotAtCursor {
-                expected: g.cursor,
-                actual: offset,
-            });
-        }
-        if !g.take_cursor(t.reader.next()) {
-            return Err(Error::OffsetOutOfRange {
-                offset,
-                next: t.reader.next(),
-            });
-        }
-        Ok(())
-    }
-
-    /// Nacks `offset`, already taken out of `in_flight`/`redeliver`.
-    fn nack_taken(
-        &self,
-        t: &Topic,
-        group: &str,
-        g: &mut Group,
-        offset: u64,
-        reason: &str,
-        now_ms: u64,
-    ) -> Result<NackOutcome> {
-        let reason = bounded_reason(reason);
-        let topic = t.name.as_str();
-        let attempts = g.attempt_of(offset);
-        let rec = AttemptRecord {
-            attempts,
-            last_reason: reason.to_owned(),
-        };
-        let dlq = self.dead_letter_topic(topic);
-        if let Some(dlq) = dlq.filter(|_| attempts >= self.opts.max_delivery_attempts) {
-            let copied = match self.dead_letter(t, group, g, offset, Some(rec), &dlq, now_ms) {
-                Ok(copied) => copied,
-                Err(e) => {
-                    if g.unfinished(offset) {
-                        // Not finished: it must stay deliverable.
-                        g.redeliver.insert(offset);
-                    }
-                    return Err(e);
-                }
-            };
-            return Ok(NackOutcome {
-                delivery_attempt: attempts,
-                dead_lettered: copied,
-                next_offset: g.cursor,
-            });
-        }
-        g.attempts.insert(offset, rec.clone());
-        g.redeliver.insert(offset);
-        g.check();
-        let mut ops = group_ops(topic, group, g);
-        ops.push(Op::PutAttempt(
-            topic.to_owned(),
-            group.to_owned(),
-            offset,
-            rec,
-        ));
-        if let Err(e) = self.catalog.commit(&ops) {
-            // Not durable, so not counted: put the counter back.
-            if let Some(a) = g.attempts.get_mut(&offset) {
-                a.attempts -= 1;
-                if a.attempts == 0 {
-                    g.attempts.remove(&offset);
-                }
-            }
-            return Err(e);
-        }
-        Ok(NackOutcome {
-            delivery_attempt: attempts,
-            dead_lettered: false,
-            next_offset: g.cursor,
-        })
-    }
-
     pub fn group_info(&self, topic: &str, group: &str) -> Result<GroupInfo> {
         names::check(topic)?;
         names::check(group)?;
@@ -1376,15 +1230,6 @@ impl Engine {
             .and_then(|()| self.catalog.commit(&[Op::SetClean(true)]));
         synced.and(released)
     }
-}
-
-/// `reason` cut to [`MAX_NACK_REASON_BYTES`] at a character boundary.
-fn bounded_reason(reason: &str) -> &str {
-    let mut end = reason.len().min(MAX_NACK_REASON_BYTES);
-    while !reason.is_char_boundary(end) {
-        end -= 1;
-    }
-    &reason[..end]
 }
 
 /// Loads the last `window` message ids of the log, reading segments newest first and
