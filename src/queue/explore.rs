@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::*;
+use crate::Headers;
 use std::sync::atomic::AtomicU64 as Counter;
 
 static STATS: [Counter; 6] = [const { Counter::new(0) }; 6];
