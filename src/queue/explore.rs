@@ -14,8 +14,16 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use super::*;
+use super::{
+    Engine, GroupRef, LentRecords, NackOutcome, OffsetReset, Ticket, X_CONSUMER_GROUP,
+    X_ORIGINAL_OFFSET,
+};
 use crate::Headers;
+use crate::catalog::{AttemptRecord, Op};
+use crate::error::Error;
+use crate::format::record::Record;
+use crate::io::Fs;
+use crate::options::Options;
 use std::sync::atomic::AtomicU64 as Counter;
 
 static STATS: [Counter; 6] = [const { Counter::new(0) }; 6];

@@ -25,21 +25,18 @@ mod reset;
 mod retention;
 #[cfg(test)]
 mod test_support;
+mod topic;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, TryLockError};
 
 use crate::catalog::{AttemptRecord, Catalog, Op, TopicRecord};
 use crate::error::{Error, Result};
-use crate::format::record::{self, Record};
 use crate::io::{DirLock, Fs};
-use crate::log::segment::Segment;
-use crate::log::{LogConfig, LogReader, LogStats, TopicLog};
-use crate::options::{MAX_HEADER_BYTES_LIMIT, MAX_MESSAGE_BYTES_LIMIT, Options};
+use crate::log::LogStats;
+use crate::options::Options;
 use ack::{GroupSnapshotter, finish_held};
-use dedup::Dedup;
 pub use deliver::{GroupRef, LentRecords, Ticket};
 use group::Group;
 pub use info::{
@@ -49,68 +46,13 @@ pub use info::{
 };
 pub use produce::Published;
 use produce::rebuild_dedup;
+pub use topic::Topic;
+use topic::Writer;
 
 /// Reason recorded for deliveries that were out when the process stopped uncleanly.
 pub const UNCLEAN_STOP_REASON: &str = "in flight when the process stopped without closing";
 /// The reason of an attempt charged to a delivery dropped while its handler panicked.
 pub const PANICKED_REASON: &str = "dropped while its handler panicked";
-
-/// The longest record body a log writes and reads: the hard limits, not today's options
-/// (records written under larger limits are data, and recovery must not mistake them for
-/// damage), plus a dead-letter copy's headers.
-const MAX_BODY: usize = record::BODY_FIXED_LEN
-    + MAX_MESSAGE_BYTES_LIMIT
-    + MAX_HEADER_BYTES_LIMIT
-    + dead_letter::DEAD_LETTER_HEADER_BYTES;
-
-struct Writer {
-    log: TopicLog,
-    dedup: Dedup,
-}
-
-impl Writer {
-    /// After a failed write: the held records it dropped (`TopicLog::write_held`) lose
-    /// their ids too, or a retry would be a de-duplication hit on a record never written
-    /// (its offset given to another record after a reopen).
-    fn forget_dropped(&mut self) {
-        self.dedup.forget_from(self.log.next());
-    }
-}
-
-pub struct Topic {
-    name: String,
-    writer: Mutex<Writer>,
-    reader: LogReader,
-    groups: Mutex<BTreeMap<String, Arc<GroupCell>>>,
-}
-
-impl std::fmt::Debug for Topic {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Topic").field("name", &self.name).finish()
-    }
-}
-
-impl Topic {
-    /// Writes the records publishes left in memory (`Published::held`); returns the
-    /// segment a sync must cover to make them (and records written without being held)
-    /// visible. A failure poisons the topic, which the publishes waiting on them see.
-    pub fn write_held(&self) -> Arc<Segment> {
-        let mut w = lock(&self.writer);
-        if let Err(e) = w.log.write_held() {
-            tracing::debug!(topic = %self.name, error = %e, "writing held records failed");
-            w.forget_dropped();
-        }
-        w.log.active().clone()
-    }
-
-    /// The groups of this topic, so that each can be locked without holding the map.
-    fn groups_snapshot(&self) -> Vec<(String, Arc<GroupCell>)> {
-        lock(&self.groups)
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect()
-    }
-}
 
 /// The ops that persist `g` as it is now (its image and the attempt rows it dropped).
 fn group_ops(topic: &str, group: &str, g: &mut Group) -> Vec<Op> {
@@ -291,123 +233,10 @@ impl Engine {
         engine.catalog.commit(&[Op::SetClean(false)])?;
         // Only now: their syncs would otherwise slow this open's own (measured: the last
         // commit's `fdatasync` took 1.2 ms beside them, 0.45 ms without).
-        for t in engine
-            .topics
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-        {
+        for t in engine.topics_read().values() {
             lock(&t.writer).log.resume_sealing();
         }
         Ok(engine)
-    }
-
-    fn topic_dir(&self, name: &str) -> PathBuf {
-        self.opts.data_source.join("topics").join(name)
-    }
-
-    fn log_config(&self) -> LogConfig {
-        LogConfig {
-            segment_bytes: self.opts.segment_bytes,
-            index_interval_bytes: self.opts.index_interval_bytes,
-            max_body: MAX_BODY,
-            preallocate: self.opts.sync == crate::options::SyncPolicy::Always,
-            visible_when_synced: self.opts.sync == crate::options::SyncPolicy::Always,
-            seal_in_background: self.opts.sync == crate::options::SyncPolicy::None,
-        }
-    }
-
-    /// The topic's log, telling `on_visible` when a sync shows records (`Sync=Always`).
-    fn open_log(&self, name: &str, now_ms: u64) -> Result<TopicLog> {
-        let log = TopicLog::open(&self.fs, &self.topic_dir(name), self.log_config(), now_ms)?;
-        let (on_visible, topic) = (self.on_visible.clone(), name.to_owned());
-        log.set_on_visible(Box::new(move || {
-            if let Some(f) = on_visible.get() {
-                f(&topic);
-            }
-        }));
-        Ok(log)
-    }
-
-    fn open_topic(&self, name: &str, now_ms: u64) -> Result<Arc<Topic>> {
-        debug_assert!(
-            names::check(name).is_ok(),
-            "{name:?}: publish trusts the map"
-        );
-        let log = self.open_log(name, now_ms)?;
-        let reader = log.reader().clone();
-        let mut dedup = Dedup::new(self.opts.dedup_window);
-        if dedup.enabled() {
-            rebuild_dedup(&reader, &mut dedup, self.opts.dedup_window)?;
-        }
-        let t = Arc::new(Topic {
-            name: name.to_owned(),
-            writer: Mutex::new(Writer { log, dedup }),
-            reader,
-            groups: Mutex::new(BTreeMap::new()),
-        });
-        self.topics
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(name.to_owned(), t.clone());
-        Ok(t)
-    }
-
-    /// An existing topic.
-    pub fn topic(&self, name: &str) -> Option<Arc<Topic>> {
-        self.topics
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(name)
-            .cloned()
-    }
-
-    /// An existing topic, or a new one (catalog entry first, then its directory).
-    pub fn topic_or_create(&self, name: &str, now_ms: u64) -> Result<Arc<Topic>> {
-        names::check(name)?;
-        if let Some(t) = self.topic(name) {
-            return Ok(t);
-        }
-        let mut map = self.topics.write().unwrap_or_else(|e| e.into_inner());
-        if let Some(t) = map.get(name) {
-            return Ok(t.clone());
-        }
-        self.catalog.commit(&[Op::PutTopic(
-            name.to_owned(),
-            TopicRecord { created_ms: now_ms },
-        )])?;
-        let mut log = self.open_log(name, now_ms)?;
-        // A leftover directory may hold an interrupted sealing.
-        log.resume_sealing();
-        let t = Arc::new(Topic {
-            name: name.to_owned(),
-            reader: log.reader().clone(),
-            writer: Mutex::new(Writer {
-                log,
-                dedup: Dedup::new(self.opts.dedup_window),
-            }),
-            groups: Mutex::new(BTreeMap::new()),
-        });
-        map.insert(name.to_owned(), t.clone());
-        Ok(t)
-    }
-
-    pub fn topic_names(&self) -> Vec<String> {
-        self.topics
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .keys()
-            .cloned()
-            .collect()
-    }
-
-    pub fn all_topics(&self) -> Vec<Arc<Topic>> {
-        self.topics
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-            .cloned()
-            .collect()
     }
 
     /// Sets what `visible` calls (once; the runtime's consumer wake-up).
@@ -418,14 +247,6 @@ impl Engine {
     fn visible(&self, topic: &str) {
         if let Some(f) = self.on_visible.get() {
             f(topic);
-        }
-    }
-
-    pub fn fetch(&self, topic: &str, from: u64, max: usize) -> Result<Vec<Record>> {
-        names::check(topic)?;
-        match self.topic(topic) {
-            Some(t) => t.reader.read(from, max, usize::MAX),
-            None => Ok(Vec::new()),
         }
     }
 
