@@ -1,6 +1,10 @@
-//! The public vocabulary of the queue: the types the API takes and reports, and the
-//! header names a dead-letter copy carries. Plain data: no engine state lives here, and
-//! `lib.rs` re-exports every item.
+//! The public vocabulary of the queue: the types the API takes and reports, the header
+//! names a dead-letter copy carries, and the two queries that report state.
+//! **Invariant:** `lib.rs` re-exports every public item here; the queries commit nothing.
+
+use super::{Engine, lock, names};
+use crate::error::Result;
+use crate::log::LogStats;
 
 /// Header naming the topic a dead-letter copy came from.
 pub const X_ORIGINAL_TOPIC: &str = "x-original-topic";
@@ -89,4 +93,77 @@ pub struct GroupInfo {
     pub skipped: u64,
     /// Bumped by each reset.
     pub epoch: u64,
+}
+
+impl Engine {
+    /// The state of `topic`'s log (all zero if the topic does not exist).
+    pub fn topic_info(&self, topic: &str) -> Result<TopicInfo> {
+        names::check(topic)?;
+        let Some(t) = self.topic(topic) else {
+            return Ok(TopicInfo::default());
+        };
+        // The log's end as readers, `group_info` and `reset` see it: records held for the
+        // sync thread (`Sync=Always`) are not in it until written, as their publishes
+        // have not returned (and a failed write drops them).
+        let LogStats {
+            earliest,
+            next,
+            bytes,
+            segments,
+        } = t.reader.stats();
+        let dedup_ids = lock(&t.writer).dedup.len();
+        Ok(TopicInfo {
+            earliest,
+            next,
+            messages: next - earliest,
+            bytes,
+            segments,
+            dedup_ids,
+        })
+    }
+
+    /// The state of `group` on `topic`. A group that does not exist yet reports the state
+    /// it would start in.
+    pub fn group_info(&self, topic: &str, group: &str) -> Result<GroupInfo> {
+        names::check(topic)?;
+        names::check(group)?;
+        let Some(t) = self.topic(topic) else {
+            return Ok(GroupInfo::default());
+        };
+        let g = lock(&t.groups).get(group).cloned();
+        let Some(g) = g else {
+            // Earliest first: both only grow, so a `next` read after it is not below it
+            // (read the other way round, a roll and retention in between put it above).
+            let earliest = t.reader.earliest();
+            let next = t.reader.next();
+            return Ok(GroupInfo {
+                cursor: earliest,
+                next,
+                lag: next.saturating_sub(earliest),
+                ..GroupInfo::default()
+            });
+        };
+        let mut g = g.lock();
+        self.clamp(&t, group, &mut g);
+        // After the clamp, for the same reason: the cursor is at most the log's end.
+        let next = t.reader.next();
+        Ok(GroupInfo {
+            cursor: g.cursor,
+            next,
+            lag: next.saturating_sub(g.cursor),
+            in_flight: g.in_flight.len(),
+            pending: g
+                .attempts
+                .iter()
+                .map(|(o, a)| PendingAttempt {
+                    offset: *o,
+                    attempts: a.attempts,
+                    last_reason: a.last_reason.clone(),
+                })
+                .collect(),
+            dead_lettered: g.dead_lettered,
+            skipped: g.skipped,
+            epoch: g.epoch,
+        })
+    }
 }

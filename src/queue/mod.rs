@@ -35,7 +35,6 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use crate::catalog::{AttemptRecord, Catalog, Op, TopicRecord};
 use crate::error::{Error, Result};
 use crate::io::{DirLock, Fs};
-use crate::log::LogStats;
 use crate::options::Options;
 use ack::{GroupSnapshotter, finish_held};
 pub use deliver::{GroupRef, LentRecords, Ticket};
@@ -212,31 +211,6 @@ impl Engine {
         }
     }
 
-    pub fn topic_info(&self, topic: &str) -> Result<TopicInfo> {
-        names::check(topic)?;
-        let Some(t) = self.topic(topic) else {
-            return Ok(TopicInfo::default());
-        };
-        // The log's end as readers, `group_info` and `reset` see it: records held for the
-        // sync thread (`Sync=Always`) are not in it until written, as their publishes
-        // have not returned (and a failed write drops them).
-        let LogStats {
-            earliest,
-            next,
-            bytes,
-            segments,
-        } = t.reader.stats();
-        let dedup_ids = lock(&t.writer).dedup.len();
-        Ok(TopicInfo {
-            earliest,
-            next,
-            messages: next - earliest,
-            bytes,
-            segments,
-            dedup_ids,
-        })
-    }
-
     /// A delivery dropped while its thread panics: its handler failed, so it counts as a
     /// nacked attempt (`PANICKED_REASON`) and comes again. Runs inside a `Drop`, so the
     /// attempt is committed without waiting (a crash before that commit forgets it, as it
@@ -264,49 +238,6 @@ impl Engine {
         let mut ops = group_ops(&topic, &group, &mut g);
         ops.push(Op::PutAttempt(topic, group, offset, rec));
         self.catalog.commit_then(ops, Box::new(|_| {}));
-    }
-
-    pub fn group_info(&self, topic: &str, group: &str) -> Result<GroupInfo> {
-        names::check(topic)?;
-        names::check(group)?;
-        let Some(t) = self.topic(topic) else {
-            return Ok(GroupInfo::default());
-        };
-        let g = lock(&t.groups).get(group).cloned();
-        let Some(g) = g else {
-            // Earliest first: both only grow, so a `next` read after it is not below it
-            // (read the other way round, a roll and retention in between put it above).
-            let earliest = t.reader.earliest();
-            let next = t.reader.next();
-            return Ok(GroupInfo {
-                cursor: earliest,
-                next,
-                lag: next.saturating_sub(earliest),
-                ..GroupInfo::default()
-            });
-        };
-        let mut g = g.lock();
-        self.clamp(&t, group, &mut g);
-        // After the clamp, for the same reason: the cursor is at most the log's end.
-        let next = t.reader.next();
-        Ok(GroupInfo {
-            cursor: g.cursor,
-            next,
-            lag: next.saturating_sub(g.cursor),
-            in_flight: g.in_flight.len(),
-            pending: g
-                .attempts
-                .iter()
-                .map(|(o, a)| PendingAttempt {
-                    offset: *o,
-                    attempts: a.attempts,
-                    last_reason: a.last_reason.clone(),
-                })
-                .collect(),
-            dead_lettered: g.dead_lettered,
-            skipped: g.skipped,
-            epoch: g.epoch,
-        })
     }
 
     /// Syncs every topic's active segment (the `Interval` policy's tick, and close).
