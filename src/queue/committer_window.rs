@@ -4,8 +4,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::test_support::{catalog_group, publish_records, sim_engine, wait_ticket};
-use super::*;
-use crate::catalog::Snapshotter;
+use super::{Engine, GroupRef, Ticket};
+use crate::catalog::{Op, Snapshotter};
 use crate::io::sim::SimFs;
 
 const CATALOG: &str = "/data/catalog.redb";

@@ -738,4 +738,35 @@ mod tests {
         assert!(!h.cut_back_to(8));
         assert_eq!((h.cursor, h.read_pos), (5, 5));
     }
+
+    fn grp_attempts(g: &Group) -> Vec<u64> {
+        g.attempts.keys().copied().collect()
+    }
+
+    #[test]
+    fn out_of_order_acks_wait_above_the_floor() {
+        let mut g = Group::new(0);
+        g.max_in_flight = 10;
+        for o in 0..5 {
+            assert_eq!(g.next_offset(5), Some(o));
+            g.hand_out(o);
+        }
+        for o in [1, 2, 4] {
+            g.in_flight.remove(&o);
+            g.finish(o);
+        }
+        assert_eq!(g.cursor, 0);
+        g.in_flight.remove(&0);
+        g.finish(0);
+        assert_eq!(g.cursor, 3);
+        assert!(grp_attempts(&g).is_empty());
+        let r = g.record();
+        let back = Group::from_record(&GroupRecord {
+            in_flight: vec![],
+            ..r
+        });
+        assert_eq!(back.cursor, 3);
+        assert_eq!(back.redeliver.iter().copied().collect::<Vec<_>>(), vec![3]);
+        back.check();
+    }
 }
