@@ -7,8 +7,11 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use super::engine::lock;
 use super::group::Group;
-use super::{Engine, GroupCell, GroupRef, Ticket, group_ops, lock};
+use super::group_cell::GroupCell;
+use super::group_cell::group_ops;
+use super::{Engine, GroupRef, Ticket};
 use crate::catalog::{AckWatch, Op, Snapshotter};
 use crate::error::{Error, Result};
 

@@ -3,8 +3,10 @@
 //! **Invariant:** only the cursor itself is acked or nacked, and a refused call creates
 //! neither the topic nor the group.
 
+use super::engine::lock;
 use super::group::Group;
-use super::{Engine, NackOutcome, Topic, group_ops, lock, names};
+use super::group_cell::group_ops;
+use super::{Engine, NackOutcome, Topic, names};
 use crate::error::{Error, Result};
 
 impl Engine {

@@ -5,8 +5,9 @@
 //! interrupted one after looking for its copy.
 
 use super::group::Group;
+use super::group_cell::group_ops;
 use super::{Engine, Topic, X_CONSUMER_GROUP, X_DEAD_LETTER_REASON, X_DELIVERY_ATTEMPTS};
-use super::{X_ORIGINAL_OFFSET, X_ORIGINAL_TIMESTAMP, X_ORIGINAL_TOPIC, group_ops, names};
+use super::{X_ORIGINAL_OFFSET, X_ORIGINAL_TIMESTAMP, X_ORIGINAL_TOPIC, names};
 use crate::catalog::{AttemptRecord, DeadLetterIntent, Op};
 use crate::error::Result;
 use crate::format::record;

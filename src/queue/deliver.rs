@@ -8,8 +8,11 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::ack::{GroupSnapshotter, finish_held};
 use super::group::{Group, Lease};
-use super::{Engine, GroupCell, GroupSnapshotter, Topic, finish_held, group_ops, names};
+use super::group_cell::GroupCell;
+use super::group_cell::group_ops;
+use super::{Engine, Topic, names};
 use crate::catalog::{Op, Snapshotter};
 use crate::error::Result;
 use crate::format::record::Record;

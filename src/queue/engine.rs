@@ -8,8 +8,10 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use super::group::Group;
+use super::group_cell::GroupCell;
+use super::group_cell::group_ops;
 use super::unclean::{charge_unclean_stop, queue_charged_to_limit};
-use super::{GroupCell, Topic, group_ops, names};
+use super::{Topic, names};
 use crate::catalog::{Catalog, Op, TopicRecord};
 use crate::error::{Error, Result};
 use crate::io::{DirLock, Fs};

@@ -7,8 +7,9 @@
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 
+use super::engine::lock;
 use super::group::Group;
-use super::{Engine, Topic, lock, names};
+use super::{Engine, Topic, names};
 use crate::catalog::Op;
 use crate::error::Result;
 

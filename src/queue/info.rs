@@ -2,7 +2,8 @@
 //! names a dead-letter copy carries, and the two queries that report state.
 //! **Invariant:** `lib.rs` re-exports every public item here; the queries commit nothing.
 
-use super::{Engine, lock, names};
+use super::engine::lock;
+use super::{Engine, names};
 use crate::error::Result;
 use crate::log::LogStats;
 

@@ -4,7 +4,8 @@
 //! it back), and a message whose nack failed stays deliverable.
 
 use super::group::Group;
-use super::{Engine, GroupRef, NackOutcome, Ticket, Topic, group_ops};
+use super::group_cell::group_ops;
+use super::{Engine, GroupRef, NackOutcome, Ticket, Topic};
 use crate::catalog::{AttemptRecord, Op};
 use crate::error::{Error, Result};
 use crate::options::MAX_NACK_REASON_BYTES;

@@ -8,7 +8,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::dedup::Dedup;
-use super::{Engine, Topic, Writer, lock, names};
+use super::engine::lock;
+use super::topic::Writer;
+use super::{Engine, Topic, names};
 use crate::Headers;
 use crate::error::{Error, Result};
 use crate::format::record;

@@ -2,7 +2,8 @@
 //! **Invariant:** a reset starts a new epoch: nothing handed out before it can be acked,
 //! nacked or blamed into the new state, and its attempt rows go in the same commit.
 
-use super::{Engine, OffsetReset, group_ops};
+use super::group_cell::group_ops;
+use super::{Engine, OffsetReset};
 use crate::catalog::Op;
 use crate::error::Result;
 use crate::format::record;
@@ -49,7 +50,7 @@ mod tests {
     use crate::Headers;
     use crate::io::Fs;
     use crate::options::Options;
-    use crate::queue::lock;
+    use crate::queue::engine::lock;
     use crate::queue::test_support::HOUR;
 
     /// An engine on the simulated file system whose rolls seal inline, with 1 KiB

@@ -2,8 +2,9 @@
 //! **Invariant:** a group never hands out or counts a record below the log's earliest:
 //! records deleted before the group finished them are counted as `skipped` (`clamp`).
 
+use super::engine::lock;
 use super::group::Group;
-use super::{Engine, Topic, lock};
+use super::{Engine, Topic};
 use crate::error::Result;
 
 impl Engine {

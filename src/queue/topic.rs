@@ -8,7 +8,10 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLockReadGuard, RwLockWriteGuard};
 
 use super::dedup::Dedup;
-use super::{Engine, GroupCell, dead_letter, lock, names, rebuild_dedup};
+use super::engine::lock;
+use super::group_cell::GroupCell;
+use super::produce::rebuild_dedup;
+use super::{Engine, dead_letter, names};
 use crate::catalog::{Op, TopicRecord};
 use crate::error::Result;
 use crate::format::record::{self, Record};

@@ -6,7 +6,8 @@
 //! one (careful), so the blame for a crash is exact.
 
 use super::group::Group;
-use super::{Engine, GroupRef, Ticket, group_ops};
+use super::group_cell::group_ops;
+use super::{Engine, GroupRef, Ticket};
 use crate::catalog::{AttemptRecord, GroupRecord, Op};
 
 /// The reason recorded for deliveries that were out when the process stopped uncleanly.
