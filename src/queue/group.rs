@@ -338,18 +338,24 @@ impl Group {
         Some(self.read_pos)
     }
 
+    /// Moves the read position past `offset`, the next fresh offset, and drops the
+    /// read-ahead below it.
+    fn read_past(&mut self, offset: u64) {
+        debug_assert_eq!(offset, self.read_pos);
+        self.read_pos = offset + 1;
+        while self
+            .prefetch
+            .front()
+            .is_some_and(|r| r.offset < self.read_pos)
+        {
+            self.prefetch.pop_front();
+        }
+    }
+
     /// Records `offset` as handed out; returns the delivery's token.
     pub fn hand_out(&mut self, offset: u64) -> u64 {
         if !self.redeliver.remove(&offset) {
-            debug_assert_eq!(offset, self.read_pos);
-            self.read_pos = offset + 1;
-            while self
-                .prefetch
-                .front()
-                .is_some_and(|r| r.offset < self.read_pos)
-            {
-                self.prefetch.pop_front();
-            }
+            self.read_past(offset);
         }
         let token = self.next_token;
         self.next_token += 1;
@@ -433,15 +439,7 @@ impl Group {
             return false;
         }
         if self.in_flight.remove(&o).is_none() && !self.redeliver.remove(&o) {
-            debug_assert_eq!(self.read_pos, o);
-            self.read_pos = o + 1;
-            while self
-                .prefetch
-                .front()
-                .is_some_and(|r| r.offset < self.read_pos)
-            {
-                self.prefetch.pop_front();
-            }
+            self.read_past(o);
         }
         true
     }
