@@ -9,8 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use super::engine::lock;
 use super::group::Group;
-use super::group_cell::GroupCell;
-use super::group_cell::group_ops;
+use super::group_cell::{GroupCell, group_ops};
 use super::{Engine, GroupRef, Ticket};
 use crate::catalog::{AckWatch, Op, Snapshotter};
 use crate::error::{Error, Result};

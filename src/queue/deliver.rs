@@ -10,8 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::ack::{GroupSnapshotter, finish_held};
 use super::group::{Group, Lease};
-use super::group_cell::GroupCell;
-use super::group_cell::group_ops;
+use super::group_cell::{GroupCell, group_ops};
 use super::{Engine, Topic, names};
 use crate::catalog::{Op, Snapshotter};
 use crate::error::Result;
@@ -19,7 +18,6 @@ use crate::format::record::Record;
 
 /// Records read ahead per group.
 const PREFETCH_RECORDS: usize = 1024;
-
 const PREFETCH_BYTES: usize = 1 << 20;
 
 /// A delivery as the engine hands it out.

@@ -8,8 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use super::group::Group;
-use super::group_cell::GroupCell;
-use super::group_cell::group_ops;
+use super::group_cell::{GroupCell, group_ops};
 use super::unclean::{charge_unclean_stop, queue_charged_to_limit};
 use super::{Topic, names};
 use crate::catalog::{Catalog, Op, TopicRecord};
