@@ -54,7 +54,7 @@ pub struct TopicInfo {
     pub next: u64,
     /// `next - earliest`.
     pub messages: u64,
-    /// Bytes in the topic's segments.
+    /// Readable bytes in the topic's segments, their headers included.
     pub bytes: u64,
     /// Segment files in the log, the active one included.
     pub segments: usize,
