@@ -3,24 +3,12 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::*;
-use crate::catalog::Snapshotter;
+use super::test_support::{catalog_group, publish_records, sim_engine, wait_ticket};
+use super::{Engine, GroupRef, Ticket};
+use crate::catalog::{Op, Snapshotter};
 use crate::io::sim::SimFs;
 
 const CATALOG: &str = "/data/catalog.redb";
-
-use super::tests::{publish_records, sim_engine};
-
-fn wait_ticket(e: &Engine, t: u64) -> std::result::Result<(), String> {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Some(o) = e.ack_watch().outcome(t) {
-            return o;
-        }
-        assert!(Instant::now() < deadline, "ticket {t} never decided");
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
 
 /// Stands for other threads that run in the committer's window between draining its
 /// queue and taking the queued group snapshot (`run_committer`: `msgs.extend(rx.try_iter())`
@@ -112,7 +100,7 @@ fn a_panic_charge_queued_in_the_committers_window_leaves_no_row_for_an_acked_off
     // Everything queued so far has landed.
     e.catalog.commit(&[Op::SetClean(false)]).expect("barrier");
 
-    let rec = e.catalog.groups().expect("groups")[&("t".to_owned(), "g".to_owned())].clone();
+    let rec = catalog_group(&e, "g");
     let rows = e.catalog.attempts("t", "g").expect("attempts");
     assert_eq!(rec.cursor, 2, "0 and 1 acked durably");
     e.close().expect("close");

@@ -338,18 +338,24 @@ impl Group {
         Some(self.read_pos)
     }
 
+    /// Moves the read position past `offset`, the next fresh offset, and drops the
+    /// read-ahead below it.
+    fn read_past(&mut self, offset: u64) {
+        debug_assert_eq!(offset, self.read_pos);
+        self.read_pos = offset + 1;
+        while self
+            .prefetch
+            .front()
+            .is_some_and(|r| r.offset < self.read_pos)
+        {
+            self.prefetch.pop_front();
+        }
+    }
+
     /// Records `offset` as handed out; returns the delivery's token.
     pub fn hand_out(&mut self, offset: u64) -> u64 {
         if !self.redeliver.remove(&offset) {
-            debug_assert_eq!(offset, self.read_pos);
-            self.read_pos = offset + 1;
-            while self
-                .prefetch
-                .front()
-                .is_some_and(|r| r.offset < self.read_pos)
-            {
-                self.prefetch.pop_front();
-            }
+            self.read_past(offset);
         }
         let token = self.next_token;
         self.next_token += 1;
@@ -433,23 +439,23 @@ impl Group {
             return false;
         }
         if self.in_flight.remove(&o).is_none() && !self.redeliver.remove(&o) {
-            debug_assert_eq!(self.read_pos, o);
-            self.read_pos = o + 1;
-            while self
-                .prefetch
-                .front()
-                .is_some_and(|r| r.offset < self.read_pos)
-            {
-                self.prefetch.pop_front();
-            }
+            self.read_past(o);
         }
         true
     }
 
-    /// Counts a record finished by the nack that reached the attempt limit: dead-lettered
-    /// if it was `copied`, else skipped (retention had deleted it: there was nothing to
-    /// copy, as for every unfinished record retention takes).
-    pub fn count_finished_past_limit(&mut self, copied: bool) {
+    /// Whether `offset` is still to be finished: at or above the cursor, and not done.
+    pub fn unfinished(&self, offset: u64) -> bool {
+        offset >= self.cursor && !self.done_above.contains(&offset)
+    }
+
+    /// Finishes `offset` (out or waiting) as the attempt that reached the limit. It counts
+    /// as dead-lettered if it was `copied`, else as skipped (retention had deleted it:
+    /// there was nothing to copy, as for every unfinished record retention takes).
+    pub fn finish_past_limit(&mut self, offset: u64, copied: bool) {
+        self.redeliver.remove(&offset);
+        self.in_flight.remove(&offset);
+        self.finish(offset);
         if copied {
             self.dead_lettered += 1;
         } else {
@@ -729,5 +735,36 @@ mod tests {
         });
         assert!(!h.cut_back_to(8));
         assert_eq!((h.cursor, h.read_pos), (5, 5));
+    }
+
+    fn grp_attempts(g: &Group) -> Vec<u64> {
+        g.attempts.keys().copied().collect()
+    }
+
+    #[test]
+    fn out_of_order_acks_wait_above_the_floor() {
+        let mut g = Group::new(0);
+        g.max_in_flight = 10;
+        for o in 0..5 {
+            assert_eq!(g.next_offset(5), Some(o));
+            g.hand_out(o);
+        }
+        for o in [1, 2, 4] {
+            g.in_flight.remove(&o);
+            g.finish(o);
+        }
+        assert_eq!(g.cursor, 0);
+        g.in_flight.remove(&0);
+        g.finish(0);
+        assert_eq!(g.cursor, 3);
+        assert!(grp_attempts(&g).is_empty());
+        let r = g.record();
+        let back = Group::from_record(&GroupRecord {
+            in_flight: vec![],
+            ..r
+        });
+        assert_eq!(back.cursor, 3);
+        assert_eq!(back.redeliver.iter().copied().collect::<Vec<_>>(), vec![3]);
+        back.check();
     }
 }

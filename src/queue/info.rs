@@ -1,0 +1,170 @@
+//! The public vocabulary of the queue: the types the API takes and reports, the header
+//! names a dead-letter copy carries, and the two queries that report state.
+//! **Invariant:** `lib.rs` re-exports every public item here; the queries commit nothing.
+
+use super::engine::lock;
+use super::{Engine, names};
+use crate::error::Result;
+use crate::log::LogStats;
+
+/// Header naming the topic a dead-letter copy came from.
+pub const X_ORIGINAL_TOPIC: &str = "x-original-topic";
+/// Header holding the offset of the original message in its topic.
+pub const X_ORIGINAL_OFFSET: &str = "x-original-offset";
+/// Header holding the original message's timestamp, in milliseconds since the Unix epoch.
+pub const X_ORIGINAL_TIMESTAMP: &str = "x-original-timestamp";
+/// Header naming the consumer group that gave up on the message.
+pub const X_CONSUMER_GROUP: &str = "x-consumer-group";
+/// Header holding how many delivery attempts the group recorded.
+pub const X_DELIVERY_ATTEMPTS: &str = "x-delivery-attempts";
+/// Header holding the reason of the last failed attempt.
+pub const X_DEAD_LETTER_REASON: &str = "x-dead-letter-reason";
+
+/// Where to move a group's cursor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OffsetReset {
+    /// The earliest retained record.
+    Earliest,
+    /// The log end: only records published from now on.
+    Latest,
+    /// The first record with a timestamp at or after the time (the log end if none).
+    Time(std::time::SystemTime),
+    /// An offset, clamped to `[earliest, log end]`.
+    Explicit(u64),
+}
+
+/// What a nack did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NackOutcome {
+    /// Attempts recorded for the message so far, this one included.
+    pub delivery_attempt: u32,
+    /// Whether this nack moved the message to the dead-letter topic.
+    pub dead_lettered: bool,
+    /// The group's cursor after the nack.
+    pub next_offset: u64,
+}
+
+/// State of a topic's log.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TopicInfo {
+    /// The offset of the oldest record retention kept.
+    pub earliest: u64,
+    /// The log end: the offset the next publish gets.
+    pub next: u64,
+    /// `next - earliest`.
+    pub messages: u64,
+    /// Readable bytes in the topic's segments, their headers included.
+    pub bytes: u64,
+    /// Segment files in the log, the active one included.
+    pub segments: usize,
+    /// Message ids currently remembered for de-duplication.
+    pub dedup_ids: usize,
+}
+
+/// One offset with recorded failed attempts.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PendingAttempt {
+    /// The message's offset in its topic.
+    pub offset: u64,
+    /// Failed attempts recorded so far.
+    pub attempts: u32,
+    /// The reason the last failed attempt gave.
+    pub last_reason: String,
+}
+
+/// State of a consumer group.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct GroupInfo {
+    /// Next offset not yet finished.
+    pub cursor: u64,
+    /// The log end.
+    pub next: u64,
+    /// `next - cursor`.
+    pub lag: u64,
+    /// Deliveries handed out and not yet acked, nacked or released.
+    pub in_flight: usize,
+    /// Offsets with recorded failed attempts, lowest first.
+    pub pending: Vec<PendingAttempt>,
+    /// Messages the group moved to the dead-letter topic.
+    pub dead_lettered: u64,
+    /// Records retention deleted before the group finished them.
+    pub skipped: u64,
+    /// Bumped by each reset.
+    pub epoch: u64,
+}
+
+impl Engine {
+    /// The state of `topic`'s log (all zero if the topic does not exist).
+    pub fn topic_info(&self, topic: &str) -> Result<TopicInfo> {
+        names::check(topic)?;
+        let Some(t) = self.topic(topic) else {
+            return Ok(TopicInfo::default());
+        };
+        // The log's end as readers, `group_info` and `reset` see it: records held for the
+        // sync thread (`Sync=Always`) are not in it until written, as their publishes
+        // have not returned (and a failed write drops them).
+        let LogStats {
+            earliest,
+            next,
+            bytes,
+            segments,
+        } = t.reader.stats();
+        let dedup_ids = lock(&t.writer).dedup.len();
+        Ok(TopicInfo {
+            earliest,
+            next,
+            messages: next - earliest,
+            bytes,
+            segments,
+            dedup_ids,
+        })
+    }
+
+    /// The state of `group` on `topic`. A group that does not exist yet reports the state
+    /// it would start in.
+    pub fn group_info(&self, topic: &str, group: &str) -> Result<GroupInfo> {
+        names::check(topic)?;
+        names::check(group)?;
+        let Some(t) = self.topic(topic) else {
+            return Ok(GroupInfo::default());
+        };
+        let g = lock(&t.groups).get(group).cloned();
+        let Some(g) = g else {
+            // Earliest first: both only grow, so a `next` read after it is not below it
+            // (read the other way round, a roll and retention in between put it above).
+            let earliest = t.reader.earliest();
+            let next = t.reader.next();
+            return Ok(GroupInfo {
+                cursor: earliest,
+                next,
+                lag: next.saturating_sub(earliest),
+                ..GroupInfo::default()
+            });
+        };
+        let mut g = g.lock();
+        self.clamp(&t, group, &mut g);
+        // After the clamp, for the same reason: the cursor is at most the log's end.
+        let next = t.reader.next();
+        Ok(GroupInfo {
+            cursor: g.cursor,
+            next,
+            lag: next.saturating_sub(g.cursor),
+            in_flight: g.in_flight.len(),
+            pending: g
+                .attempts
+                .iter()
+                .map(|(o, a)| PendingAttempt {
+                    offset: *o,
+                    attempts: a.attempts,
+                    last_reason: a.last_reason.clone(),
+                })
+                .collect(),
+            dead_lettered: g.dead_lettered,
+            skipped: g.skipped,
+            epoch: g.epoch,
+        })
+    }
+}
