@@ -44,6 +44,7 @@ mod format;
 pub mod fuzzing;
 mod io;
 mod log;
+mod names;
 mod options;
 mod parked;
 mod queue;
@@ -76,9 +77,10 @@ pub mod testing {
 /// Names and limits applications may want to refer to.
 pub mod consts {
     pub use crate::log::MESSAGE_ID_HEADER;
+    pub use crate::names::MAX_NAME_LEN;
     pub use crate::options::{
         DEFAULT_DEAD_LETTER_SUFFIX, DEFAULT_DEDUP_WINDOW, DEFAULT_MAX_DELIVERY_ATTEMPTS,
-        DEFAULT_MAX_MESSAGE_BYTES, MAX_MESSAGE_ID_BYTES, MAX_NACK_REASON_BYTES, MAX_NAME_LEN,
+        DEFAULT_MAX_MESSAGE_BYTES, MAX_MESSAGE_ID_BYTES, MAX_NACK_REASON_BYTES,
     };
     pub use crate::queue::{
         PANICKED_REASON, UNCLEAN_STOP_REASON, X_CONSUMER_GROUP, X_DEAD_LETTER_REASON,

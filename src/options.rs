@@ -36,8 +36,6 @@ pub const DEFAULT_INDEX_INTERVAL_BYTES: u64 = 4096;
 pub const DEFAULT_RETENTION_CHECK_MS: u64 = 1000;
 /// The longest `message-id` header value, in UTF-8 bytes.
 pub const MAX_MESSAGE_ID_BYTES: usize = 256;
-/// Topic and group names: 1..=249 characters.
-pub const MAX_NAME_LEN: usize = 249;
 /// Longer nack reasons are cut (at a character boundary) to this many UTF-8 bytes before
 /// they are stored or copied into `x-dead-letter-reason`: an unbounded reason could make
 /// the dead-letter copy larger than any reader accepts.
@@ -223,7 +221,7 @@ impl Options {
                     "must not be empty while dead-lettering is enabled",
                 ));
             }
-            if crate::queue::names::check_suffix(&self.dead_letter_suffix).is_err() {
+            if crate::names::check_suffix(&self.dead_letter_suffix).is_err() {
                 return Err(bad(
                     "Dead Letter Suffix",
                     "may only hold the characters [A-Za-z0-9._-]",

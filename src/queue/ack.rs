@@ -137,7 +137,7 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Headers;
+    use crate::format::Headers;
     use crate::queue::group::LEASE_RECORDS;
     use crate::queue::test_support::{engine_on_disk, wait_ticket};
 

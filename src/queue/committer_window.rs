@@ -153,7 +153,7 @@ fn a_release_is_charged_only_by_a_kill_before_the_next_group_commit() {
         "released, then killed within the commit interval: charged"
     );
     assert_eq!((p[0].offset, p[0].attempts), (0, 1));
-    assert_eq!(p[0].last_reason, crate::consts::UNCLEAN_STOP_REASON);
+    assert_eq!(p[0].last_reason, crate::queue::UNCLEAN_STOP_REASON);
     drop(e);
     let e = sim_engine(&killed_after_commit);
     assert!(e.group_info("t", "g").expect("info").pending.is_empty());

@@ -6,8 +6,9 @@
 use super::engine::lock;
 use super::group::Group;
 use super::group_cell::group_ops;
-use super::{Engine, NackOutcome, Topic, names};
+use super::{Engine, NackOutcome, Topic};
 use crate::error::{Error, Result};
+use crate::names;
 
 impl Engine {
     /// Low-level ack of the group's cursor.

@@ -7,10 +7,11 @@
 use super::group::Group;
 use super::group_cell::group_ops;
 use super::{Engine, Topic, X_CONSUMER_GROUP, X_DEAD_LETTER_REASON, X_DELIVERY_ATTEMPTS};
-use super::{X_ORIGINAL_OFFSET, X_ORIGINAL_TIMESTAMP, X_ORIGINAL_TOPIC, names};
+use super::{X_ORIGINAL_OFFSET, X_ORIGINAL_TIMESTAMP, X_ORIGINAL_TOPIC};
 use crate::catalog::{AttemptRecord, DeadLetterIntent, Op};
 use crate::error::Result;
 use crate::format::record;
+use crate::names;
 use crate::options::MAX_NACK_REASON_BYTES;
 
 /// What the dead-letter headers can add to a message's: the reason (cut to
@@ -25,7 +26,7 @@ const _: () = assert!(
         + X_CONSUMER_GROUP.len()
         + X_DELIVERY_ATTEMPTS.len()
         + X_DEAD_LETTER_REASON.len()
-        + 2 * crate::options::MAX_NAME_LEN
+        + 2 * crate::names::MAX_NAME_LEN
         + 3 * 20
         + 12 * 5
         + 5
@@ -282,7 +283,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::Headers;
+    use crate::format::Headers;
     use crate::io::Fs;
     use crate::options::Options;
     use crate::queue::test_support::HOUR;

@@ -11,10 +11,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use super::ack::{GroupSnapshotter, finish_held};
 use super::group::{Group, Lease};
 use super::group_cell::{GroupCell, group_ops};
-use super::{Engine, Topic, names};
+use super::{Engine, Topic};
 use crate::catalog::{Op, Snapshotter};
 use crate::error::Result;
 use crate::format::record::Record;
+use crate::names;
 
 /// Records read ahead per group.
 const PREFETCH_RECORDS: usize = 1024;
@@ -320,7 +321,7 @@ fn lend_read_ahead(g: &mut Group, offset: u64, log_next: u64) -> Option<(u64, Le
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Headers;
+    use crate::format::Headers;
     use crate::queue::group::LEASE_RECORDS;
     use crate::queue::test_support::*;
 

@@ -7,13 +7,14 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
+use super::Topic;
 use super::group::Group;
 use super::group_cell::{GroupCell, group_ops};
 use super::unclean::{charge_unclean_stop, queue_charged_to_limit};
-use super::{Topic, names};
 use crate::catalog::{Catalog, Op, TopicRecord};
 use crate::error::{Error, Result};
 use crate::io::{DirLock, Fs};
+use crate::names;
 use crate::options::Options;
 
 /// Locks `m`, also after a panic elsewhere poisoned it.

@@ -9,9 +9,10 @@ use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 
 use super::engine::lock;
 use super::group::Group;
-use super::{Engine, Topic, names};
+use super::{Engine, Topic};
 use crate::catalog::Op;
 use crate::error::Result;
+use crate::names;
 
 /// The ops that persist `g` as it is now (its image and the attempt rows it dropped).
 pub(super) fn group_ops(topic: &str, group: &str, g: &mut Group) -> Vec<Op> {
@@ -156,7 +157,7 @@ mod tests {
             assert!(start.elapsed().as_secs() < 30, "the ticker never took g1");
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
-        e.reset("t", "g1", crate::OffsetReset::Earliest)
+        e.reset("t", "g1", crate::queue::OffsetReset::Earliest)
             .expect("reset");
         let replay = hand_out(&e, &r1, None);
         assert_eq!(replay.offset, 0);

@@ -2,10 +2,11 @@
 //! names a dead-letter copy carries, and the two queries that report state.
 //! **Invariant:** `lib.rs` re-exports every public item here; the queries commit nothing.
 
+use super::Engine;
 use super::engine::lock;
-use super::{Engine, names};
 use crate::error::Result;
 use crate::log::LogStats;
+use crate::names;
 
 /// Header naming the topic a dead-letter copy came from.
 pub const X_ORIGINAL_TOPIC: &str = "x-original-topic";

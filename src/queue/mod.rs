@@ -55,7 +55,6 @@ pub mod group;
 mod group_cell;
 mod info;
 mod nack;
-pub mod names;
 mod produce;
 mod reset;
 mod retention;

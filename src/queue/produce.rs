@@ -10,12 +10,13 @@ use std::sync::Arc;
 use super::dedup::Dedup;
 use super::engine::lock;
 use super::topic::Writer;
-use super::{Engine, Topic, names};
-use crate::Headers;
+use super::{Engine, Topic};
 use crate::error::{Error, Result};
+use crate::format::Headers;
 use crate::format::record;
 use crate::log::segment::Segment;
 use crate::log::{Append, LogReader, MESSAGE_ID_HEADER};
+use crate::names;
 use crate::options::{MAX_MESSAGE_ID_BYTES, SyncPolicy};
 
 /// A message as [`Engine::publish`] reads it (so callers need not build a second list).

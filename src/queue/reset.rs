@@ -47,7 +47,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::Headers;
+    use crate::format::Headers;
     use crate::io::Fs;
     use crate::options::Options;
     use crate::queue::engine::lock;
@@ -55,7 +55,7 @@ mod tests {
 
     /// An engine on the simulated file system whose rolls seal inline, with 1 KiB
     /// segments (seven 100-byte records each), under `sync`.
-    fn small_segments(fs: &crate::io::sim::SimFs, sync: crate::SyncPolicy) -> Engine {
+    fn small_segments(fs: &crate::io::sim::SimFs, sync: crate::options::SyncPolicy) -> Engine {
         let mut o = Options::new("/data");
         o.sync = sync;
         o.segment_bytes = 1024;
@@ -78,7 +78,7 @@ mod tests {
 
     fn reset_to_time(e: &Engine, ms: u64) -> u64 {
         let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
-        e.reset("t", "g", crate::OffsetReset::Time(t))
+        e.reset("t", "g", crate::queue::OffsetReset::Time(t))
             .expect("reset")
     }
 
@@ -109,7 +109,7 @@ mod tests {
         let fs = crate::io::sim::SimFs::new(24);
         let hour = 3_600_000;
         let before = 10 * hour;
-        let e = small_segments(&fs, crate::SyncPolicy::Always);
+        let e = small_segments(&fs, crate::options::SyncPolicy::Always);
         drop(e.register_consumer("t", "g", 1, 0).expect("group"));
         let (_, held) = publish_at(&e, before);
         assert!(held);
@@ -121,7 +121,7 @@ mod tests {
         // The record that rolled is held: the active segment is empty, now and after a kill.
         let crashed = fs.process_crash_now();
         drop(e);
-        let e = small_segments(&crashed, crate::SyncPolicy::Always);
+        let e = small_segments(&crashed, crate::options::SyncPolicy::Always);
         assert_eq!(e.topic_info("t").expect("info").segments, 3);
         let written = timestamps(&e).len();
         assert!(written >= 8, "{written} records");
@@ -144,7 +144,7 @@ mod tests {
     #[test]
     fn a_time_reset_looks_past_an_empty_active_segment() {
         let fs = crate::io::sim::SimFs::new(26);
-        let e = small_segments(&fs, crate::SyncPolicy::Always);
+        let e = small_segments(&fs, crate::options::SyncPolicy::Always);
         drop(e.register_consumer("t", "g", 1, 0).expect("group"));
         let t = e.topic("t").expect("topic");
         while e.topic_info("t").expect("info").segments < 2 {
@@ -168,12 +168,12 @@ mod tests {
         publish_at(&e, 1000);
         let t = std::time::UNIX_EPOCH + std::time::Duration::from_micros(1_000_500);
         let at = e
-            .reset("t", "g", crate::OffsetReset::Time(t))
+            .reset("t", "g", crate::queue::OffsetReset::Time(t))
             .expect("reset");
         assert_eq!(at, 1, "the only record is older than the time: the log end");
         let t = std::time::UNIX_EPOCH + std::time::Duration::from_micros(999_500);
         let at = e
-            .reset("t", "g", crate::OffsetReset::Time(t))
+            .reset("t", "g", crate::queue::OffsetReset::Time(t))
             .expect("reset");
         assert_eq!(at, 0);
     }

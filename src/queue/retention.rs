@@ -55,8 +55,8 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::Headers;
     use crate::error::Error;
+    use crate::format::Headers;
     use crate::io::Fs;
     use crate::options::Options;
 
@@ -66,7 +66,7 @@ mod tests {
     fn retention_goes_on_past_a_poisoned_topic() {
         let fs = crate::io::sim::SimFs::new(17);
         let mut o = Options::new("/data");
-        o.sync = crate::SyncPolicy::None;
+        o.sync = crate::options::SyncPolicy::None;
         o.segment_bytes = crate::options::MIN_SEGMENT_BYTES;
         o.retention_bytes = 1;
         let e = Engine::open(Fs::new(Arc::new(fs.clone())), o, 1).expect("open");

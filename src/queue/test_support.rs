@@ -4,8 +4,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::Headers;
 use crate::catalog::GroupRecord;
+use crate::format::Headers;
 use crate::io::Fs;
 use crate::io::sim::SimFs;
 use crate::options::{Options, SyncPolicy};

@@ -11,12 +11,13 @@ use super::dedup::Dedup;
 use super::engine::lock;
 use super::group_cell::GroupCell;
 use super::produce::rebuild_dedup;
-use super::{Engine, dead_letter, names};
+use super::{Engine, dead_letter};
 use crate::catalog::{Op, TopicRecord};
 use crate::error::Result;
 use crate::format::record::{self, Record};
 use crate::log::segment::Segment;
 use crate::log::{LogConfig, LogReader, TopicLog};
+use crate::names;
 use crate::options::{MAX_HEADER_BYTES_LIMIT, MAX_MESSAGE_BYTES_LIMIT, SyncPolicy};
 
 /// The longest record body a log writes and reads: the hard limits, not today's options

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::{GModel, GROUPS, MAX_ATTEMPTS, STATS, World, stat};
-use crate::Headers;
 use crate::error::Error;
+use crate::format::Headers;
 use crate::io::Fs;
 use crate::io::sim::SimFs;
 use crate::options::{Options, SyncPolicy};

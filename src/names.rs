@@ -1,8 +1,13 @@
 //! Topic and group names: 1-249 of `[A-Za-z0-9._-]`, not `.` or `..` (safe as a directory
 //! name on every platform, and never a path).
+//!
+//! **Invariant:** a leaf. `options` checks the dead-letter suffix here, and `queue` every
+//! topic and group name, so the rule lives once.
 
 use crate::error::{Error, Result};
-use crate::options::MAX_NAME_LEN;
+
+/// Topic and group names: 1..=249 characters.
+pub const MAX_NAME_LEN: usize = 249;
 
 /// Checks a topic or group name.
 pub fn check(name: &str) -> Result<()> {
