@@ -172,7 +172,7 @@ impl TopicLog {
         // header past it, then the records. A kill can cut a write short at any page (the
         // kernel stops copying at a fatal signal), so only zeros may follow the whole
         // records that such a write leaves (a power cut tearing the unsynced writes is
-        // README's known limit). To the end of a page: that page is written back with the
+        // a known limit: docs/durability.md, "Known limits"). To the end of a page: that page is written back with the
         // records anyway, and the next records into it need no zeros of their own.
         debug_assert!(at >= self.stale_until || self.zeroed_to >= at);
         let want = (need + TERMINATOR_BYTES).min(self.stale_until);

@@ -79,7 +79,7 @@ impl Recovered {
         remove_torn_last_segments(fs, dir, &mut bases)?;
         // Written by the last open that checked the log in full: if it names this boot and
         // this directory, every write since is still in the page cache (only a process
-        // died, not the machine), so nothing written can be missing (see ARCHITECTURE).
+        // died, not the machine), so nothing written can be missing (docs/internals.md, "Same-boot opens").
         let mark = fs.boot_mark(dir);
         let same_boot = mark.as_ref().is_some_and(|m| {
             fs.open(&dir.join(BOOT_MARK_FILE))

@@ -121,7 +121,7 @@ fn a_panic_charge_queued_in_the_committers_window_leaves_no_row_for_an_acked_off
     e.close().expect("close");
 }
 
-/// As README's "Unclean stops" says: a manual delivery released (dropped) and then a kill
+/// As docs/delivery.md, "Unclean stops", says: a manual delivery released (dropped) and then a kill
 /// before the group's next commit is charged, as a delivery out at the last commit; once
 /// any commit carries the release (the ticker's here) nothing is.
 #[test]

@@ -121,7 +121,7 @@ impl<'a> Probe<'a> {
         )
     }
 
-    /// The sealed footer's summary, if open may trust it (see ARCHITECTURE, sealed indexes).
+    /// The sealed footer's summary, if open may trust it (docs/internals.md, "Sealed segments at open").
     pub(super) fn trusted_footer(&self) -> Result<Option<SegmentSummary>> {
         Ok(
             match footer_for(self.fs, self.index_path, self.base, self.len)? {
