@@ -34,6 +34,7 @@
 #![warn(clippy::unwrap_used)]
 
 mod backend;
+pub mod blocking;
 mod catalog;
 mod consumer;
 mod delivery;

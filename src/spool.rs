@@ -1,6 +1,8 @@
 //! [`Spool`]: the handle an application opens, publishes through and builds consumers
 //! from. It forwards every call to its backend (`backend.rs`).
 
+use std::future::Future;
+
 use bytes::Bytes;
 
 use crate::backend::{Backend, ConsumerConfig};
@@ -54,14 +56,17 @@ impl Spool {
     }
 
     /// Appends one message; returns its offset (the original one on a de-duplication hit).
-    pub async fn publish(
+    ///
+    /// (Not an `async fn`: it returns the backend's future itself, so the hottest call
+    /// pays for no second state machine around it.)
+    pub fn publish(
         &self,
         topic: &str,
         payload: impl Into<Bytes>,
         headers: &Headers,
-    ) -> Result<u64> {
+    ) -> impl Future<Output = Result<u64>> {
         match &self.backend {
-            Backend::Embedded(e) => e.publish(topic, payload, headers).await,
+            Backend::Embedded(e) => e.publish(topic, payload, headers),
         }
     }
 

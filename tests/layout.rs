@@ -53,6 +53,12 @@ const LAYERS: &[(&str, &[&str])] = &[
             "backend", "consumer", "error", "format", "io", "options", "queue",
         ],
     ),
+    (
+        "blocking",
+        &[
+            "consumer", "delivery", "error", "format", "options", "queue", "spool",
+        ],
+    ),
     ("fuzzing", &["error", "format", "io", "log", "options"]),
 ];
 

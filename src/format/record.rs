@@ -24,18 +24,6 @@ pub fn system_time_ms(t: std::time::SystemTime) -> u64 {
     }
 }
 
-/// `t` in milliseconds since the epoch rounded up: a record (stamped in whole
-/// milliseconds) is at or after `t` exactly when its stamp is at least this.
-pub fn system_time_ms_up(t: std::time::SystemTime) -> u64 {
-    match t.duration_since(std::time::UNIX_EPOCH) {
-        Ok(d) => {
-            let part = u128::from(d.subsec_nanos() % 1_000_000 != 0);
-            u64::try_from(d.as_millis() + part).unwrap_or(u64::MAX)
-        }
-        Err(_) => 0,
-    }
-}
-
 /// A decoded record; the payload shares the buffer it was read into.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Record {

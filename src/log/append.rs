@@ -253,6 +253,7 @@ impl Pending {
     /// `entries`: an empty list to fill (its capacity is reused). `newest_ts`: the log's
     /// newest timestamp (`TopicLog::newest_ts`), the floor of the records' stamps; it is
     /// not the segment's `last_ts` until a record of it is written.
+    #[inline]
     pub(super) fn start(seg: &Segment, entries: Vec<IndexEntry>, newest_ts: u64) -> Pending {
         debug_assert!(entries.is_empty());
         let s = seg.written();

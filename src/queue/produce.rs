@@ -99,6 +99,7 @@ struct Batch<'m> {
 }
 
 impl<'m> Batch<'m> {
+    #[inline]
     fn new(first: u64, messages: usize) -> Batch<'m> {
         let single = messages == 1;
         let capacity = if single { 0 } else { messages };
@@ -114,11 +115,13 @@ impl<'m> Batch<'m> {
     }
 
     /// The offset the next record pushed gets.
+    #[inline]
     fn next_offset(&self) -> u64 {
         self.first + self.appends.len() as u64
     }
 
     /// A de-duplication hit: the message gets `offset`, an earlier record's.
+    #[inline]
     fn hit(&mut self, offset: u64) {
         if self.single {
             self.one_offset = Some(offset);
@@ -128,6 +131,7 @@ impl<'m> Batch<'m> {
     }
 
     /// A record to append.
+    #[inline]
     fn push(&mut self, a: Append<'m>) {
         if self.single {
             self.one_offset = Some(self.first);
@@ -138,6 +142,7 @@ impl<'m> Batch<'m> {
         }
     }
 
+    #[inline]
     fn appends(&self) -> &[Append<'m>] {
         match &self.one_append {
             Some(a) => std::slice::from_ref(a),
@@ -145,6 +150,7 @@ impl<'m> Batch<'m> {
         }
     }
 
+    #[inline]
     fn into_offsets(self) -> Offsets {
         match self.one_offset {
             Some(o) => Offsets::One(o),
@@ -191,7 +197,8 @@ impl Engine {
         let t = self.publish_topic(topic, msgs, now_ms)?;
         let mut guard = lock(&t.writer);
         let w = &mut *guard;
-        let batch = self.sort_batch(w, msgs)?;
+        let mut batch = Batch::new(w.log.next(), msgs.len());
+        self.sort_batch(w, msgs, &mut batch)?;
         let held_before = w.log.holds();
         let appending = !batch.appends().is_empty();
         if appending {
@@ -212,6 +219,7 @@ impl Engine {
     }
 
     /// The topic `publish` appends to, created if new.
+    #[inline]
     fn publish_topic<M: Message>(
         &self,
         topic: &str,
@@ -230,10 +238,16 @@ impl Engine {
         self.topic_or_create(topic, now_ms)
     }
 
-    /// Checks every message and looks up its id: the offset each one gets, and the records
-    /// to append. Reads the writer's window only.
-    fn sort_batch<'m, M: Message>(&self, w: &Writer, msgs: &'m [M]) -> Result<Batch<'m>> {
-        let mut b = Batch::new(w.log.next(), msgs.len());
+    /// Checks every message and looks up its id: fills `b` with the offset each one gets,
+    /// and the records to append. Reads the writer's window only. (`b` is the caller's,
+    /// not returned: a returned batch is copied, measurably on the one-record path.)
+    #[inline]
+    fn sort_batch<'m, M: Message>(
+        &self,
+        w: &Writer,
+        msgs: &'m [M],
+        b: &mut Batch<'m>,
+    ) -> Result<()> {
         // Only a batch can repeat an id within itself (and a map's hasher costs a
         // single publish a few percent of its instructions).
         let mut batch_ids: Option<HashMap<&str, usize>> = None;
@@ -265,11 +279,12 @@ impl Engine {
                 headers_len,
             });
         }
-        Ok(b)
+        Ok(())
     }
 
     /// Appends the batch's records as one write (held for the sync thread under
     /// `Sync=Always`), and remembers the ids of those that reached the log.
+    #[inline]
     fn append_batch(&self, topic: &str, w: &mut Writer, b: &Batch<'_>, now_ms: u64) -> Result<()> {
         let appended = if self.opts.sync == SyncPolicy::Always {
             w.log.append_held(b.appends(), now_ms)

@@ -23,7 +23,10 @@ impl Engine {
         let target = match to {
             OffsetReset::Earliest => earliest,
             OffsetReset::Latest => next,
-            OffsetReset::Time(ts) => t.reader.offset_for_time(record::system_time_ms_up(ts))?,
+            // Rounded down: a record is stamped with its millisecond's floor, so one
+            // published at or after `ts` has a stamp of at least `ts`'s floor. A replay by
+            // time may repeat the records of `ts`'s own millisecond; it never skips one.
+            OffsetReset::Time(ts) => t.reader.offset_for_time(record::system_time_ms(ts))?,
             OffsetReset::Explicit(n) => n,
         }
         .clamp(earliest, next);
@@ -80,6 +83,28 @@ mod tests {
         let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
         e.reset("t", "g", crate::queue::OffsetReset::Time(t))
             .expect("reset")
+    }
+
+    /// A record published in the same millisecond as the time a replay starts from, after
+    /// it, is stamped with that millisecond's floor: the reset must not skip it (it did
+    /// when the time was rounded up; found by following the quickstart).
+    #[test]
+    fn a_time_reset_never_skips_a_record_of_the_same_millisecond() {
+        let fs = crate::io::sim::SimFs::new(25);
+        let e = small_segments(&fs, HOUR);
+        drop(e.register_consumer("t", "g", 1, 0).expect("group"));
+        publish_at(&e, 999);
+        let (second, _) = publish_at(&e, 1000);
+        let just_before = std::time::UNIX_EPOCH + std::time::Duration::from_micros(1_000_400);
+        let cursor = e
+            .reset("t", "g", crate::queue::OffsetReset::Time(just_before))
+            .expect("reset");
+        assert_eq!(
+            cursor, second,
+            "the record stamped 1000 ms may come after 1000.4 ms"
+        );
+        assert_eq!(reset_to_time(&e, 1000), second);
+        assert_eq!(reset_to_time(&e, 1001), second + 1, "the log end");
     }
 
     /// Two publishers read the clock (1001, then 1000) and take the writer's lock in the
@@ -156,25 +181,5 @@ mod tests {
         assert_eq!(reset_to_time(&e, 1000), 0);
         lock(&t.writer).log.write_held().expect("write");
         e.close().expect("close");
-    }
-
-    /// A `Time` reset with a sub-millisecond time: a record stamped 1000 ms is older than
-    /// 1000.5 ms. Found by review.
-    #[test]
-    fn a_time_reset_rounds_a_sub_millisecond_time_up() {
-        let fs = crate::io::sim::SimFs::new(25);
-        let e = small_segments(&fs, HOUR);
-        drop(e.register_consumer("t", "g", 1, 0).expect("group"));
-        publish_at(&e, 1000);
-        let t = std::time::UNIX_EPOCH + std::time::Duration::from_micros(1_000_500);
-        let at = e
-            .reset("t", "g", crate::queue::OffsetReset::Time(t))
-            .expect("reset");
-        assert_eq!(at, 1, "the only record is older than the time: the log end");
-        let t = std::time::UNIX_EPOCH + std::time::Duration::from_micros(999_500);
-        let at = e
-            .reset("t", "g", crate::queue::OffsetReset::Time(t))
-            .expect("reset");
-        assert_eq!(at, 0);
     }
 }
