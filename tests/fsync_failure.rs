@@ -210,3 +210,71 @@ async fn close_with_one_poisoned_topic_charges_no_attempt_to_deliveries_of_the_o
         "b0 was never nacked, yet the reopen dead-lettered it (close returned {closed:?})"
     );
 }
+
+/// Issue 27 point 8: a dead-letter topic stopped by a failed sync must not stop its source
+/// group. A delivery a panic dropped at the attempt limit is dead-lettered by the group's
+/// next hand-out; when that copy fails, the hand-out used to fail too, so no record of the
+/// group was delivered until a reopen. Now the charged record stays in the group (as after
+/// a nack whose copy failed) and the group's hand-outs go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_dead_letter_topic_does_not_stop_its_source_group() {
+    let fs = SimFs::new(31);
+    let o = Options {
+        sync: SyncPolicy::Always,
+        max_delivery_attempts: 1,
+        ..without_background_work(Options::new("/data"))
+    };
+    let mq = Spool::open_simulated(o, &fs).expect("open");
+    let none = Headers::new();
+    for p in [&b"poison"[..], b"fine"] {
+        mq.publish("t", p, &none).await.expect("publish");
+    }
+    // The dead-letter topic exists already, so its segment's path is known; a failed
+    // copy's sync then stops it for good (until a reopen).
+    mq.publish("t.dlq", &b"earlier"[..], &none)
+        .await
+        .expect("publish dlq");
+    fs.fail_syncs_of(Some(Path::new(&first_segment("t.dlq"))));
+    assert!(
+        mq.nack("t", "g", 0, "bad").await.is_err(),
+        "the copy failed"
+    );
+    fs.fail_syncs_of(None);
+
+    let mut c = mq
+        .consumer("t", "g")
+        .manual_ack()
+        .max_in_flight(2)
+        .build()
+        .expect("consumer");
+    let d = c.recv().await.expect("offset 0 again");
+    assert_eq!(d.offset(), 0);
+    // Its handler panics: the drop charges an attempt past the limit.
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+        let _held = d;
+        std::panic::resume_unwind(Box::new("the handler panicked"));
+    }));
+    assert!(panicked.is_err());
+
+    let next = async |c: &mut spool::Consumer| {
+        tokio::time::timeout(Duration::from_secs(30), c.recv())
+            .await
+            .expect("a delivery, not a wait")
+            .expect("the hand-out goes on though the dead-letter copy fails")
+    };
+    let again = next(&mut c).await;
+    assert_eq!(
+        again.offset(),
+        0,
+        "the charged record stays in its group, first"
+    );
+    let d = next(&mut c).await;
+    assert_eq!(d.offset(), 1, "and the group goes on behind it");
+    d.ack().await.expect("ack 1");
+    let info = mq.group_info("t", "g").expect("info");
+    assert_eq!(
+        info.cursor, 0,
+        "the ack floor stays at the record not dead-lettered"
+    );
+    assert_eq!(info.dead_lettered, 0);
+}

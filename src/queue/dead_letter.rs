@@ -66,8 +66,14 @@ impl Engine {
                 g.redeliver.contains(&o) && g.attempts.get(&o).is_some_and(|a| a.attempts >= max);
             if due {
                 let now_ms = record::system_time_ms(std::time::SystemTime::now());
-                // Kept in the list until it is dead-lettered: a failure is tried again.
-                self.dead_letter(t, group, g, o, None, &dlq, now_ms)?;
+                // A failed copy (the dead-letter topic stopped by a failed write) must not
+                // stop the group's hand-outs: as after a nack whose copy failed, the
+                // record stays in its group, delivered again, and its next nack (or the
+                // next open) tries the copy again.
+                if let Err(e) = self.dead_letter(t, group, g, o, None, &dlq, now_ms) {
+                    tracing::warn!(topic = %t.name, group, offset = o, error = %e,
+                        "could not dead-letter a record a panic charged; it stays in its group");
+                }
             }
             g.charged_out.pop();
         }
