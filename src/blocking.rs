@@ -138,6 +138,16 @@ impl Spool {
         self.inner.group_info(topic, group)
     }
 
+    /// The groups with durable state on `topic`, sorted by name.
+    pub fn groups(&self, topic: &str) -> Result<Vec<String>> {
+        self.inner.groups(topic)
+    }
+
+    /// Forgets a group (see [`crate::Spool::delete_group`]).
+    pub fn delete_group(&self, topic: &str, group: &str) -> Result<()> {
+        self.rt.block_on(self.inner.delete_group(topic, group))
+    }
+
     /// Every topic, sorted by name.
     pub fn topics(&self) -> Result<Vec<String>> {
         self.inner.topics()

@@ -91,6 +91,16 @@ pub enum Error {
         offset: u64,
     },
 
+    /// The group cannot be deleted: a consumer of it is open in this instance. Drop or
+    /// close its consumers first.
+    #[error("group {group} of topic {topic} is in use: a consumer of it is open")]
+    GroupInUse {
+        /// The topic.
+        topic: String,
+        /// The group.
+        group: String,
+    },
+
     /// Another spool instance, in this or another process, has the data directory open.
     /// Close that instance first; only one may use a directory at a time.
     #[error("data directory {} is in use by another spool instance (in this or another process)", path.display())]

@@ -146,6 +146,27 @@ impl Spool {
         }
     }
 
+    /// The groups with durable state on `topic`, sorted by name. A group has state from
+    /// its first consumer build, ack, nack or reset on. An unknown topic has none.
+    pub fn groups(&self, topic: &str) -> Result<Vec<String>> {
+        match &self.backend {
+            Backend::Embedded(e) => e.groups(topic),
+        }
+    }
+
+    /// Forgets a group: its cursor, attempt counters and reset epoch, durably. A consumer
+    /// built later starts at the earliest retained offset, like a new group's.
+    ///
+    /// - Fails with [`Error::GroupInUse`](crate::Error::GroupInUse) while a consumer of it
+    ///   is open (not yet dropped).
+    /// - Deleting a group that does not exist is `Ok`.
+    /// - A delivery handed out before is stale: its ack or nack fails and changes nothing.
+    pub async fn delete_group(&self, topic: &str, group: &str) -> Result<()> {
+        match &self.backend {
+            Backend::Embedded(e) => e.delete_group(topic, group).await,
+        }
+    }
+
     /// Every topic, sorted by name.
     pub fn topics(&self) -> Result<Vec<String>> {
         match &self.backend {

@@ -370,6 +370,16 @@ fn apply(
                         .retain_in((t, g, 0)..=(t, g, u64::MAX), |_, _| false)
                         .map_err(w)?;
                 }
+                Op::DeleteGroup(t, g) => {
+                    let (t, g) = (t.as_str(), g.as_str());
+                    groups.remove((t, g)).map_err(w)?;
+                    attempts
+                        .retain_in((t, g, 0)..=(t, g, u64::MAX), |_, _| false)
+                        .map_err(w)?;
+                    intents
+                        .retain_in((t, g, 0)..=(t, g, u64::MAX), |_, _| false)
+                        .map_err(w)?;
+                }
                 Op::PutIntent(t, g, o, r) => {
                     intents
                         .insert((t.as_str(), g.as_str(), *o), enc(r)?.as_slice())

@@ -106,6 +106,8 @@ pub enum Op {
     PutAttempt(String, String, u64, AttemptRecord),
     DeleteAttempt(String, String, u64),
     ClearAttempts(String, String),
+    /// Forgets a group: its image, attempt rows and dead-letter intents.
+    DeleteGroup(String, String),
     PutIntent(String, String, u64, DeadLetterIntent),
     DeleteIntent(String, String, u64),
     SetClean(bool),

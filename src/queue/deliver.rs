@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::ack::{GroupSnapshotter, finish_held};
 use super::group::{Group, Lease};
-use super::group_cell::{GroupCell, group_ops};
+use super::group_cell::{GroupCell, OpenConsumer, group_ops};
 use super::{Engine, Topic};
 use crate::catalog::{Op, Snapshotter};
 use crate::error::Result;
@@ -80,7 +80,9 @@ impl GroupRef {
 }
 
 impl Engine {
-    /// Creates the group (and topic) if needed and sets its in-flight bound.
+    /// Creates the group (and topic) if needed and sets its in-flight bound (tests: an
+    /// uncounted consumer, see `open_consumer`).
+    #[cfg(test)]
     pub fn register_consumer(
         &self,
         topic: &str,
@@ -88,16 +90,31 @@ impl Engine {
         max_in_flight: usize,
         now_ms: u64,
     ) -> Result<GroupRef> {
+        Ok(self
+            .open_consumer(topic, group, max_in_flight, now_ms, false)?
+            .0)
+    }
+
+    /// `register_consumer` for a consumer that stays open: with `counted`, the returned
+    /// `OpenConsumer` keeps the group from being deleted while it lives.
+    pub fn open_consumer(
+        &self,
+        topic: &str,
+        group: &str,
+        max_in_flight: usize,
+        now_ms: u64,
+        counted: bool,
+    ) -> Result<(GroupRef, Option<OpenConsumer>)> {
         names::check(topic)?;
         names::check(group)?;
         if let Some(dlq) = self.dead_letter_topic(topic) {
             names::check(&dlq)?;
         }
         let t = self.topic_or_create(topic, now_ms)?;
-        let g = self.group(&t, group)?;
+        let (g, open) = self.group_opened(&t, group, counted)?;
         g.lock().max_in_flight = max_in_flight.max(1);
         let name: Arc<str> = Arc::from(group);
-        Ok(GroupRef {
+        let r = GroupRef {
             snapshotter: Arc::new(GroupSnapshotter::new(
                 t.name.clone(),
                 name.clone(),
@@ -106,7 +123,8 @@ impl Engine {
             topic: t,
             group: g,
             name,
-        })
+        };
+        Ok((r, open))
     }
 
     /// Under one lock: auto-acks `ack_previous` (if it is still out) and hands out the

@@ -119,8 +119,9 @@ pub struct Group {
     pub next_token: u64,
     /// Records from `read_pos` on, read ahead in batches.
     pub prefetch: VecDeque<Record>,
-    /// Sequence number of the last image taken by `snapshot` (orders images in the catalog).
-    snap_seq: u64,
+    /// Deleted (`Engine::delete_group`): its images persist nothing, and no delivery
+    /// of it is held any more (a late ack or nack is stale).
+    pub deleted: bool,
     /// The catalog's committer has this group's snapshotter queued (see `Catalog::ack_ticket`).
     pub snapshot_queued: bool,
     /// Records lent to an auto-ack consumer (only between two locks, see [`Lent`]).
@@ -179,17 +180,19 @@ impl Group {
             charged_out: Vec::new(),
             next_token: 1,
             prefetch: VecDeque::new(),
-            snap_seq: 0,
+            deleted: false,
             snapshot_queued: false,
             lent: None,
         }
     }
 
     /// The durable image of this group and its sequence number: a later image has a
-    /// higher one, so the catalog never lets an older image overwrite a newer one.
+    /// higher one, so the catalog never lets an older image overwrite a newer one. The
+    /// numbers are shared by every group of the process, so a group deleted and made
+    /// anew under the same name starts above every image of the old one.
     pub fn snapshot(&mut self) -> (GroupRecord, u64) {
-        self.snap_seq += 1;
-        (self.record(), self.snap_seq)
+        static IMAGES: AtomicU64 = AtomicU64::new(0);
+        (self.record(), IMAGES.fetch_add(1, Ordering::Relaxed) + 1)
     }
 
     /// The durable image of this group.
@@ -428,7 +431,7 @@ impl Group {
 
     /// Whether `token` still holds `offset` in `epoch`.
     pub fn holds(&self, offset: u64, epoch: u64, token: u64) -> bool {
-        epoch == self.epoch && self.in_flight.get(&offset) == Some(&token)
+        !self.deleted && epoch == self.epoch && self.in_flight.get(&offset) == Some(&token)
     }
 
     /// Takes the cursor offset out of whatever state it is in (for low-level ack/nack),

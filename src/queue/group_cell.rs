@@ -4,18 +4,25 @@
 //! lent to an auto-ack consumer first; a group's ops are queued while its lock is held,
 //! so its commits land in lock order.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 
 use super::engine::lock;
 use super::group::Group;
 use super::{Engine, Topic};
 use crate::catalog::Op;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::names;
 
 /// The ops that persist `g` as it is now (its image and the attempt rows it dropped).
 pub(super) fn group_ops(topic: &str, group: &str, g: &mut Group) -> Vec<Op> {
+    if g.deleted {
+        // Its rows are gone: an image now (a late ack's, the ticker's) would bring the
+        // group back.
+        g.dirty = false;
+        g.stale_attempts.clear();
+        return Vec::new();
+    }
     let mut ops: Vec<Op> = g
         .stale_attempts
         .drain(..)
@@ -30,24 +37,32 @@ pub(super) fn group_ops(topic: &str, group: &str, g: &mut Group) -> Vec<Op> {
 /// A group's state behind its lock. Locking takes back records lent to an auto-ack
 /// consumer first (`Group::reclaim`), so every operation sees the whole state.
 #[derive(Debug)]
-pub struct GroupCell(Mutex<Group>);
+pub struct GroupCell {
+    group: Mutex<Group>,
+    /// Consumers of the group open in this instance (`OpenConsumer`s alive): a group is
+    /// not deleted while one is. Changed under the topic's groups map lock.
+    consumers: AtomicUsize,
+}
 
 impl GroupCell {
     /// A cell for `g`, shared by the topic's map and the group's consumers.
     pub(super) fn new(g: Group) -> Arc<GroupCell> {
-        Arc::new(GroupCell(Mutex::new(g)))
+        Arc::new(GroupCell {
+            group: Mutex::new(g),
+            consumers: AtomicUsize::new(0),
+        })
     }
 
     /// Locks the group, taking back what it lent first.
     pub(super) fn lock(&self) -> MutexGuard<'_, Group> {
-        let mut g = lock(&self.0);
+        let mut g = lock(&self.group);
         g.reclaim();
         g
     }
 
     /// `None` while somebody else holds the lock.
     pub(super) fn try_lock(&self) -> Option<MutexGuard<'_, Group>> {
-        let mut g = match self.0.try_lock() {
+        let mut g = match self.group.try_lock() {
             Ok(g) => g,
             Err(TryLockError::Poisoned(p)) => p.into_inner(),
             Err(TryLockError::WouldBlock) => return None,
@@ -57,19 +72,86 @@ impl GroupCell {
     }
 }
 
+/// An open consumer of a group: counted while it lives, so the group is not deleted
+/// under it (`Engine::delete_group`).
+#[derive(Debug)]
+pub struct OpenConsumer(Arc<GroupCell>);
+
+impl Drop for OpenConsumer {
+    fn drop(&mut self) {
+        self.0.consumers.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 impl Engine {
     /// The group, created at the earliest retained offset if new.
     pub(super) fn group(&self, t: &Topic, name: &str) -> Result<Arc<GroupCell>> {
+        Ok(self.group_opened(t, name, false)?.0)
+    }
+
+    /// `group`, and with `consumer` an `OpenConsumer` of it, counted under the map's lock
+    /// (so that a delete sees every consumer that can still reach the cell).
+    pub(super) fn group_opened(
+        &self,
+        t: &Topic,
+        name: &str,
+        consumer: bool,
+    ) -> Result<(Arc<GroupCell>, Option<OpenConsumer>)> {
         names::check(name)?;
         let mut groups = lock(&t.groups);
-        Ok(groups
+        let cell = groups
             .entry(name.to_owned())
             .or_insert_with(|| {
                 let mut g = Group::new(t.reader.earliest());
                 g.dirty = true;
                 GroupCell::new(g)
             })
-            .clone())
+            .clone();
+        let open = consumer.then(|| {
+            cell.consumers.fetch_add(1, Ordering::AcqRel);
+            OpenConsumer(cell.clone())
+        });
+        Ok((cell, open))
+    }
+
+    /// The groups of `topic` with state, sorted by name (none for an unknown topic).
+    pub fn groups(&self, topic: &str) -> Result<Vec<String>> {
+        names::check(topic)?;
+        let Some(t) = self.topic(topic) else {
+            return Ok(Vec::new());
+        };
+        let mut names: Vec<String> = lock(&t.groups).keys().cloned().collect();
+        names.sort_unstable();
+        Ok(names)
+    }
+
+    /// Forgets the group: its cursor, attempt counters, epoch and dead-letter intents,
+    /// durably. `GroupInUse` while a consumer of it is open; a missing group is `Ok`.
+    /// Deliveries still out become stale: their late acks and nacks change nothing.
+    pub fn delete_group(&self, topic: &str, group: &str) -> Result<()> {
+        names::check(topic)?;
+        names::check(group)?;
+        let Some(t) = self.topic(topic) else {
+            return Ok(());
+        };
+        let mut groups = lock(&t.groups);
+        let Some(cell) = groups.get(group).cloned() else {
+            return Ok(());
+        };
+        if cell.consumers.load(Ordering::Acquire) > 0 {
+            return Err(Error::GroupInUse {
+                topic: topic.to_owned(),
+                group: group.to_owned(),
+            });
+        }
+        let mut g = cell.lock();
+        // Durable first: a failed commit leaves the group as it was.
+        self.catalog
+            .commit(&[Op::DeleteGroup(topic.to_owned(), group.to_owned())])?;
+        g.deleted = true;
+        groups.remove(group);
+        tracing::info!(topic, group, "group deleted");
+        Ok(())
     }
 
     /// The topic and group a reset or a low-level call names, created if new.

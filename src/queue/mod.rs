@@ -65,6 +65,7 @@ mod unclean;
 
 pub use deliver::{GroupRef, LentRecords, Ticket};
 pub use engine::Engine;
+pub use group_cell::OpenConsumer;
 pub use info::{
     GroupInfo, NackOutcome, OffsetReset, PendingAttempt, TopicInfo, X_CONSUMER_GROUP,
     X_DEAD_LETTER_REASON, X_DELIVERY_ATTEMPTS, X_ORIGINAL_OFFSET, X_ORIGINAL_TIMESTAMP,

@@ -13,7 +13,7 @@ use crate::format::Headers;
 use crate::format::record::Record;
 use std::sync::Arc;
 
-use crate::queue::{GroupRef, LentRecords, NackOutcome, Ticket};
+use crate::queue::{GroupRef, LentRecords, NackOutcome, OpenConsumer, Ticket};
 use std::sync::atomic::Ordering;
 
 /// How a consumer takes deliveries (`ConsumerBuilder`'s settings).
@@ -35,10 +35,13 @@ impl EmbeddedConsumer {
         group: &str,
         cfg: ConsumerConfig,
     ) -> Result<EmbeddedConsumer> {
-        let group =
-            spool
-                .engine()?
-                .register_consumer(topic, group, cfg.max_in_flight.max(1), now_ms())?;
+        let (group, open) = spool.engine()?.open_consumer(
+            topic,
+            group,
+            cfg.max_in_flight.max(1),
+            now_ms(),
+            true,
+        )?;
         let wakeup = spool.notifier(topic);
         // The group's bound may have grown (a larger `max_in_flight`): a consumer waiting
         // for a slot may have one now.
@@ -54,6 +57,7 @@ impl EmbeddedConsumer {
             busy_poll: cfg.busy_poll,
             previous: None,
             lent: None,
+            _open: open,
         })
     }
 }
@@ -69,6 +73,8 @@ pub(crate) struct EmbeddedConsumer {
     previous: Option<Ticket>,
     /// Auto-ack: records the group lent, handed out without its lock (see `group::Lent`).
     lent: Option<Lent>,
+    /// Keeps the group from being deleted while this consumer is open.
+    _open: Option<OpenConsumer>,
 }
 
 #[derive(Debug)]

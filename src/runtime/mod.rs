@@ -283,6 +283,19 @@ impl Embedded {
         self.engine()?.group_info(topic, group)
     }
 
+    /// The topic's groups with state, sorted by name.
+    pub fn groups(&self, topic: &str) -> Result<Vec<String>> {
+        self.engine()?.groups(topic)
+    }
+
+    /// Forgets a group (see [`crate::Spool::delete_group`]).
+    pub async fn delete_group(&self, topic: &str, group: &str) -> Result<()> {
+        let r = self.engine()?.delete_group(topic, group);
+        // Its waiting consumers are none (it is not in use); a wake costs nothing.
+        self.wake(topic);
+        r
+    }
+
     /// Every topic, sorted by name.
     pub fn topics(&self) -> Result<Vec<String>> {
         Ok(self.engine()?.topic_names())
