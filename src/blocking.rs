@@ -148,6 +148,12 @@ impl Spool {
         self.rt.block_on(self.inner.delete_group(topic, group))
     }
 
+    /// Deletes the records before `offset` (see [`crate::Spool::delete_records_before`]).
+    pub fn delete_records_before(&self, topic: &str, offset: u64) -> Result<u64> {
+        self.rt
+            .block_on(self.inner.delete_records_before(topic, offset))
+    }
+
     /// Every topic, sorted by name.
     pub fn topics(&self) -> Result<Vec<String>> {
         self.inner.topics()

@@ -167,6 +167,20 @@ impl Spool {
         }
     }
 
+    /// Kafka's deleteRecords: the records of `topic` before `offset` (clamped to the log
+    /// end) are gone for every reader from now on and after a reopen. Returns the topic's
+    /// earliest offset after it.
+    ///
+    /// - `fetch` clamps to it; a `Time` or `Earliest` reset cannot go below it.
+    /// - Groups behind it resume there and count the skipped records in `skipped`.
+    /// - Whole segments below it are removed from disk.
+    /// - An offset at or below the current earliest changes nothing.
+    pub async fn delete_records_before(&self, topic: &str, offset: u64) -> Result<u64> {
+        match &self.backend {
+            Backend::Embedded(e) => e.delete_records_before(topic, offset).await,
+        }
+    }
+
     /// Every topic, sorted by name.
     pub fn topics(&self) -> Result<Vec<String>> {
         match &self.backend {

@@ -343,6 +343,9 @@ fn apply(
             .open_table(DEAD_LETTER_INTENTS)
             .map_err(|e| cat_err("committing", e))?;
         let mut meta = txn.open_table(META).map_err(|e| cat_err("committing", e))?;
+        let mut starts = txn
+            .open_table(TOPIC_STARTS)
+            .map_err(|e| cat_err("committing", e))?;
         let w = |e: redb::StorageError| cat_err("writing", e);
         for op in all() {
             match op {
@@ -369,6 +372,9 @@ fn apply(
                     attempts
                         .retain_in((t, g, 0)..=(t, g, u64::MAX), |_, _| false)
                         .map_err(w)?;
+                }
+                Op::SetTopicStart(t, start) => {
+                    starts.insert(t.as_str(), *start).map_err(w)?;
                 }
                 Op::DeleteGroup(t, g) => {
                     let (t, g) = (t.as_str(), g.as_str());

@@ -50,6 +50,9 @@ const GROUPS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("group
 const ATTEMPTS: TableDefinition<(&str, &str, u64), &[u8]> = TableDefinition::new("attempts");
 const DEAD_LETTER_INTENTS: TableDefinition<(&str, &str, u64), &[u8]> =
     TableDefinition::new("dead_letter_intents");
+/// Per topic, the first offset readers may see (`delete_records_before`); a topic without
+/// a row starts at its first segment. Added later: an older catalog gets it at open.
+const TOPIC_STARTS: TableDefinition<&str, u64> = TableDefinition::new("topic_starts");
 
 const META_FORMAT: &str = "format_version";
 const META_CLEAN: &str = "clean_shutdown";
@@ -108,6 +111,8 @@ pub enum Op {
     ClearAttempts(String, String),
     /// Forgets a group: its image, attempt rows and dead-letter intents.
     DeleteGroup(String, String),
+    /// Sets the first offset readers of a topic may see (`delete_records_before`).
+    SetTopicStart(String, u64),
     PutIntent(String, String, u64, DeadLetterIntent),
     DeleteIntent(String, String, u64),
     SetClean(bool),
@@ -274,6 +279,17 @@ impl Catalog {
         Ok(out)
     }
 
+    /// The first offset readers of `topic` may see, if records before its first segment's
+    /// were deleted (`Op::SetTopicStart`); 0 otherwise.
+    pub fn topic_start(&self, topic: &str) -> Result<u64> {
+        let txn = self.db.begin_read().map_err(|e| cat_err("reading", e))?;
+        let t = txn
+            .open_table(TOPIC_STARTS)
+            .map_err(|e| cat_err("reading", e))?;
+        let start = t.get(topic).map_err(|e| cat_err("reading", e))?;
+        Ok(start.map_or(0, |v| v.value()))
+    }
+
     /// Every group of every topic: `(topic, group) -> record`.
     pub fn groups(&self) -> Result<BTreeMap<(String, String), GroupRecord>> {
         let txn = self.db.begin_read().map_err(|e| cat_err("reading", e))?;
@@ -407,6 +423,8 @@ fn init(db: &Database, path: &Path) -> Result<()> {
         txn.open_table(ATTEMPTS)
             .map_err(|e| cat_err("opening", e))?;
         txn.open_table(DEAD_LETTER_INTENTS)
+            .map_err(|e| cat_err("opening", e))?;
+        txn.open_table(TOPIC_STARTS)
             .map_err(|e| cat_err("opening", e))?;
     }
     txn.commit().map_err(|e| cat_err("creating tables", e))

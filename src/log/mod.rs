@@ -104,6 +104,9 @@ pub struct LogReader {
     /// `[earliest, next)`: kept beside the list so hot paths need no lock. `next` is
     /// stored after the records are visible in their segment.
     bounds: Arc<[AtomicU64; 2]>,
+    /// The first offset readers may see when records before the first segment's end were
+    /// deleted (`TopicLog::delete_before`); 0 otherwise. `bounds[0]` is never below it.
+    start: Arc<AtomicU64>,
     /// `segment::LOADS` when this log last unloaded indexes and closed files.
     swept: Arc<AtomicU64>,
     cfg: LogConfig,

@@ -38,6 +38,7 @@ fn reader_over(
     let reader = LogReader {
         bounds,
         segments: Arc::new(RwLock::new(segments)),
+        start: Arc::new(AtomicU64::new(0)),
         swept: Arc::new(AtomicU64::new(0)),
         cfg,
     };

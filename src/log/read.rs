@@ -18,11 +18,18 @@ impl LogReader {
     pub fn stats(&self) -> LogStats {
         let segs = read_lock(&self.segments);
         LogStats {
-            earliest: segs.first().map_or(0, |s| s.base),
+            earliest: self.earliest_of(&segs),
             next: segs.last().map_or(0, |s| s.next()),
             bytes: segs.iter().map(|s| s.end()).sum(),
             segments: segs.len(),
         }
+    }
+
+    /// The first offset readers may see of `segs`: the first segment's base, or the
+    /// start `delete_before` set, whichever is later.
+    pub(super) fn earliest_of(&self, segs: &[Arc<Segment>]) -> u64 {
+        let base = segs.first().map_or(0, |s| s.base);
+        base.max(self.start.load(Ordering::Acquire))
     }
 
     pub fn earliest(&self) -> u64 {
@@ -113,7 +120,8 @@ impl LogReader {
     /// start if retention deleted it); one `Arc` taken, not the whole list.
     pub(super) fn segment_with(&self, at: &mut u64) -> Option<Arc<Segment>> {
         let segs = read_lock(&self.segments);
-        *at = (*at).max(segs.first()?.base);
+        segs.first()?;
+        *at = (*at).max(self.earliest_of(&segs));
         let start = segs.partition_point(|s| s.base <= *at).saturating_sub(1);
         segs[start..].iter().find(|s| *at < s.next()).cloned()
     }
@@ -122,7 +130,8 @@ impl LogReader {
     pub fn offset_for_time(&self, ts_ms: u64) -> Result<u64> {
         loop {
             if let Some(o) = self.offset_for_time_in(&self.snapshot(), ts_ms)? {
-                return Ok(o);
+                // Records `delete_before` took away are not found by time either.
+                return Ok(o.max(self.earliest()));
             }
         }
     }

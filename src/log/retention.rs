@@ -15,35 +15,77 @@ impl TopicLog {
         max_bytes: u64,
         max_age_ms: u64,
     ) -> Result<usize> {
-        let mut removed = Vec::new();
-        {
-            let mut segs = write_lock(&self.reader.segments);
-            let mut total: u64 = segs.iter().map(|s| s.end()).sum();
-            while segs.len() > 1 {
-                let oldest = &segs[0];
-                // Still being sealed in the background (its index not written yet): kept
-                // until the next check rather than waited for under the writer's lock.
-                if !oldest.is_sealed() {
-                    debug_assert!(segs.len() <= MAX_SEALING + 1, "only the last few");
-                    break;
-                }
-                let by_bytes = max_bytes > 0 && total - oldest.end() >= max_bytes;
-                let by_age =
-                    max_age_ms > 0 && now_ms.saturating_sub(oldest.summary().last_ts) > max_age_ms;
-                if !(by_bytes || by_age) {
-                    break;
-                }
+        let mut total: u64 = read_lock(&self.reader.segments)
+            .iter()
+            .map(|s| s.end())
+            .sum();
+        let removed = self.take_oldest(|oldest| {
+            let by_bytes = max_bytes > 0 && total - oldest.end() >= max_bytes;
+            let by_age =
+                max_age_ms > 0 && now_ms.saturating_sub(oldest.summary().last_ts) > max_age_ms;
+            if by_bytes || by_age {
                 total -= oldest.end();
-                let seg = segs.remove(0);
-                seg.mark_removed();
-                removed.push(seg);
             }
-            if let Some(first) = segs.first() {
-                self.reader.bounds[0].store(first.base, Ordering::Release);
-            }
+            by_bytes || by_age
+        });
+        self.delete_files(&removed)?;
+        Ok(removed.len())
+    }
+
+    /// Takes the records before `offset` (clamped to the log's visible end) away from
+    /// every reader, and deletes the sealed segments that hold only such records. Returns
+    /// the log's earliest offset after it. The caller makes `offset` durable first (the
+    /// catalog) and sets it again at every open (`set_start`).
+    pub fn delete_before(&mut self, offset: u64) -> Result<u64> {
+        let target = offset.min(self.reader.next());
+        if target > self.reader.earliest() {
+            self.set_start(target);
         }
-        for seg in &removed {
-            tracing::info!(segment = %seg.path.display(), next = seg.next(), "retention deleted a segment");
+        let removed = self.take_oldest(|oldest| oldest.next() <= target);
+        self.delete_files(&removed)?;
+        Ok(self.reader.earliest())
+    }
+
+    /// Readers see nothing before `start` (at most the log's end: records after it lost
+    /// to a power cut are not waited for).
+    pub fn set_start(&mut self, start: u64) {
+        let start = start.min(self.next());
+        self.reader.start.fetch_max(start, Ordering::AcqRel);
+        let segs = read_lock(&self.reader.segments);
+        self.reader.bounds[0].fetch_max(self.reader.earliest_of(&segs), Ordering::AcqRel);
+    }
+
+    /// Takes sealed segments out of the log, oldest first, while `take` says so. Never the
+    /// active segment, nor one still being sealed in the background (kept until the next
+    /// check rather than waited for under the writer's lock).
+    fn take_oldest(&mut self, mut take: impl FnMut(&Segment) -> bool) -> Vec<Arc<Segment>> {
+        let mut removed = Vec::new();
+        let mut segs = write_lock(&self.reader.segments);
+        while segs.len() > 1 {
+            let oldest = &segs[0];
+            if !oldest.is_sealed() {
+                debug_assert!(segs.len() <= MAX_SEALING + 1, "only the last few");
+                break;
+            }
+            if !take(oldest) {
+                break;
+            }
+            let seg = segs.remove(0);
+            seg.mark_removed();
+            removed.push(seg);
+        }
+        if !segs.is_empty() {
+            let earliest = self.reader.earliest_of(&segs);
+            self.reader.bounds[0].store(earliest, Ordering::Release);
+        }
+        removed
+    }
+
+    /// Deletes the files of segments taken out of the log, each deletion durable before
+    /// the next.
+    fn delete_files(&mut self, removed: &[Arc<Segment>]) -> Result<()> {
+        for seg in removed {
+            tracing::info!(segment = %seg.path.display(), next = seg.next(), "deleted a segment (retention or deleted records)");
             // Kept for a roll to overwrite (every block of it written once, so no zeros
             // ahead), unless a reader still holds it: its open descriptor would then read
             // the new records where it expects the old ones.
@@ -65,7 +107,7 @@ impl TopicLog {
             // later segment's deletion and lose an earlier one's (open would find a gap).
             self.fs.sync_dir(&self.dir)?;
         }
-        Ok(removed.len())
+        Ok(())
     }
 }
 

@@ -5,7 +5,9 @@
 use super::engine::lock;
 use super::group::Group;
 use super::{Engine, Topic};
+use crate::catalog::Op;
 use crate::error::Result;
+use crate::names;
 
 impl Engine {
     /// Applies retention to every topic; forgets de-duplication ids of deleted records.
@@ -37,6 +39,34 @@ impl Engine {
             first = first.and(removed.map(|_| ()));
         }
         first
+    }
+
+    /// Kafka's deleteRecords: the records of `topic` before `offset` (clamped to the log's
+    /// end) are gone for every reader, now and after a reopen; whole segments below it are
+    /// deleted from disk. Groups behind it resume there and count the skip (`clamp`, at
+    /// their next operation). Returns the topic's earliest offset after it; an offset at
+    /// or below it changes nothing. An unknown topic is not created (earliest 0).
+    pub fn delete_records_before(&self, topic: &str, offset: u64) -> Result<u64> {
+        names::check(topic)?;
+        let Some(t) = self.topic(topic) else {
+            return Ok(0);
+        };
+        let mut w = lock(&t.writer);
+        let target = offset.min(t.reader.next());
+        let before = t.reader.earliest();
+        if target <= before {
+            return Ok(before);
+        }
+        // Durable first: a reopen sets it again before any reader looks.
+        self.catalog
+            .commit(&[Op::SetTopicStart(topic.to_owned(), target)])?;
+        let deleted = w.log.delete_before(target);
+        w.dedup.forget_below(t.reader.earliest());
+        drop(w);
+        tracing::info!(topic, earliest = target, "records deleted");
+        // Groups behind the new start have records to skip (and slots to free).
+        self.visible(topic);
+        deleted.map(|_| t.reader.earliest())
     }
 
     /// Moves `g` up to the log's earliest record. Records it had not finished count as

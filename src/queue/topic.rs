@@ -133,10 +133,13 @@ impl Engine {
             names::check(name).is_ok(),
             "{name:?}: publish trusts the map"
         );
-        let log = self.open_log(name, now_ms)?;
+        let mut log = self.open_log(name, now_ms)?;
+        // Records deleted before this start (`delete_records_before`) stay deleted.
+        log.set_start(self.catalog.topic_start(name)?);
         let mut dedup = Dedup::new(self.opts.dedup_window);
         if dedup.enabled() {
             rebuild_dedup(log.reader(), &mut dedup, self.opts.dedup_window)?;
+            dedup.forget_below(log.reader().earliest());
         }
         let t = Topic::new(name, log, dedup);
         self.topics_write().insert(name.to_owned(), t.clone());

@@ -296,6 +296,11 @@ impl Embedded {
         r
     }
 
+    /// Deletes the records before `offset` (see [`crate::Spool::delete_records_before`]).
+    pub async fn delete_records_before(&self, topic: &str, offset: u64) -> Result<u64> {
+        self.engine()?.delete_records_before(topic, offset)
+    }
+
     /// Every topic, sorted by name.
     pub fn topics(&self) -> Result<Vec<String>> {
         Ok(self.engine()?.topic_names())
