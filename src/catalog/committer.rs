@@ -330,74 +330,9 @@ fn apply(
     let newest = newest_images(all(), written);
     let txn = db.begin_write().map_err(|e| cat_err("committing", e))?;
     {
-        let mut topics = txn
-            .open_table(TOPICS)
-            .map_err(|e| cat_err("committing", e))?;
-        let mut groups = txn
-            .open_table(GROUPS)
-            .map_err(|e| cat_err("committing", e))?;
-        let mut attempts = txn
-            .open_table(ATTEMPTS)
-            .map_err(|e| cat_err("committing", e))?;
-        let mut intents = txn
-            .open_table(DEAD_LETTER_INTENTS)
-            .map_err(|e| cat_err("committing", e))?;
-        let mut meta = txn.open_table(META).map_err(|e| cat_err("committing", e))?;
-        let mut starts = txn
-            .open_table(TOPIC_STARTS)
-            .map_err(|e| cat_err("committing", e))?;
-        let w = |e: redb::StorageError| cat_err("writing", e);
+        let mut tables = Tables::open(&txn)?;
         for op in all() {
-            match op {
-                Op::PutTopic(t, r) => {
-                    topics.insert(t.as_str(), enc(r)?.as_slice()).map_err(w)?;
-                }
-                Op::PutGroup(t, g, r, seq) => {
-                    if newest.get(&(t.as_str(), g.as_str())) == Some(seq) {
-                        groups
-                            .insert((t.as_str(), g.as_str()), enc(r)?.as_slice())
-                            .map_err(w)?;
-                    }
-                }
-                Op::PutAttempt(t, g, o, r) => {
-                    attempts
-                        .insert((t.as_str(), g.as_str(), *o), enc(r)?.as_slice())
-                        .map_err(w)?;
-                }
-                Op::DeleteAttempt(t, g, o) => {
-                    attempts.remove((t.as_str(), g.as_str(), *o)).map_err(w)?;
-                }
-                Op::ClearAttempts(t, g) => {
-                    let (t, g) = (t.as_str(), g.as_str());
-                    attempts
-                        .retain_in((t, g, 0)..=(t, g, u64::MAX), |_, _| false)
-                        .map_err(w)?;
-                }
-                Op::SetTopicStart(t, start) => {
-                    starts.insert(t.as_str(), *start).map_err(w)?;
-                }
-                Op::DeleteGroup(t, g) => {
-                    let (t, g) = (t.as_str(), g.as_str());
-                    groups.remove((t, g)).map_err(w)?;
-                    attempts
-                        .retain_in((t, g, 0)..=(t, g, u64::MAX), |_, _| false)
-                        .map_err(w)?;
-                    intents
-                        .retain_in((t, g, 0)..=(t, g, u64::MAX), |_, _| false)
-                        .map_err(w)?;
-                }
-                Op::PutIntent(t, g, o, r) => {
-                    intents
-                        .insert((t.as_str(), g.as_str(), *o), enc(r)?.as_slice())
-                        .map_err(w)?;
-                }
-                Op::DeleteIntent(t, g, o) => {
-                    intents.remove((t.as_str(), g.as_str(), *o)).map_err(w)?;
-                }
-                Op::SetClean(c) => {
-                    meta.insert(META_CLEAN, enc(c)?.as_slice()).map_err(w)?;
-                }
-            }
+            tables.apply(op, &newest)?;
         }
     }
     txn.commit().map_err(|e| cat_err("committing", e))?;
@@ -405,6 +340,96 @@ fn apply(
         written.insert((t.to_owned(), g.to_owned()), seq);
     }
     Ok(())
+}
+
+/// The catalog's tables, open for writing in one transaction.
+struct Tables<'txn> {
+    topics: redb::Table<'txn, &'static str, &'static [u8]>,
+    groups: redb::Table<'txn, (&'static str, &'static str), &'static [u8]>,
+    attempts: redb::Table<'txn, (&'static str, &'static str, u64), &'static [u8]>,
+    intents: redb::Table<'txn, (&'static str, &'static str, u64), &'static [u8]>,
+    meta: redb::Table<'txn, &'static str, &'static [u8]>,
+    starts: redb::Table<'txn, &'static str, u64>,
+}
+
+impl<'txn> Tables<'txn> {
+    fn open(txn: &'txn redb::WriteTransaction) -> Result<Tables<'txn>> {
+        let e = |e| cat_err("committing", e);
+        Ok(Tables {
+            topics: txn.open_table(TOPICS).map_err(e)?,
+            groups: txn.open_table(GROUPS).map_err(e)?,
+            attempts: txn.open_table(ATTEMPTS).map_err(e)?,
+            intents: txn.open_table(DEAD_LETTER_INTENTS).map_err(e)?,
+            meta: txn.open_table(META).map_err(e)?,
+            starts: txn.open_table(TOPIC_STARTS).map_err(e)?,
+        })
+    }
+
+    /// Writes one op; a group image only if it is its group's `newest`.
+    fn apply(&mut self, op: &Op, newest: &HashMap<(&str, &str), u64>) -> Result<()> {
+        let w = |e: redb::StorageError| cat_err("writing", e);
+        match op {
+            Op::PutTopic(t, r) => {
+                self.topics
+                    .insert(t.as_str(), enc(r)?.as_slice())
+                    .map_err(w)?;
+            }
+            Op::PutGroup(t, g, r, seq) => {
+                if newest.get(&(t.as_str(), g.as_str())) == Some(seq) {
+                    self.groups
+                        .insert((t.as_str(), g.as_str()), enc(r)?.as_slice())
+                        .map_err(w)?;
+                }
+            }
+            Op::PutAttempt(t, g, o, r) => {
+                self.attempts
+                    .insert((t.as_str(), g.as_str(), *o), enc(r)?.as_slice())
+                    .map_err(w)?;
+            }
+            Op::DeleteAttempt(t, g, o) => {
+                self.attempts
+                    .remove((t.as_str(), g.as_str(), *o))
+                    .map_err(w)?;
+            }
+            Op::ClearAttempts(t, g) => self.clear(t, g, false)?,
+            Op::DeleteGroup(t, g) => {
+                self.groups.remove((t.as_str(), g.as_str())).map_err(w)?;
+                self.clear(t, g, true)?;
+            }
+            Op::SetTopicStart(t, start) => {
+                self.starts.insert(t.as_str(), *start).map_err(w)?;
+            }
+            Op::PutIntent(t, g, o, r) => {
+                self.intents
+                    .insert((t.as_str(), g.as_str(), *o), enc(r)?.as_slice())
+                    .map_err(w)?;
+            }
+            Op::DeleteIntent(t, g, o) => {
+                self.intents
+                    .remove((t.as_str(), g.as_str(), *o))
+                    .map_err(w)?;
+            }
+            Op::SetClean(c) => {
+                self.meta
+                    .insert(META_CLEAN, enc(c)?.as_slice())
+                    .map_err(w)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes every attempt row of a group (and with `intents`, its dead-letter intents).
+    fn clear(&mut self, t: &str, g: &str, intents: bool) -> Result<()> {
+        let w = |e: redb::StorageError| cat_err("writing", e);
+        let all = (t, g, 0)..=(t, g, u64::MAX);
+        self.attempts
+            .retain_in(all.clone(), |_, _| false)
+            .map_err(w)?;
+        if intents {
+            self.intents.retain_in(all, |_, _| false).map_err(w)?;
+        }
+        Ok(())
+    }
 }
 
 /// Per group, the sequence number of the newest image among `ops`, if it is newer than
