@@ -4,7 +4,9 @@
 //! the cursor is the ack floor, the lowest unfinished offset not out is delivered next
 //! (so a nacked message comes back first), attempts count per offset and survive reopen,
 //! the limit dead-letters exactly once, a reset moves the cursor, clears the counters and
-//! fences older deliveries.
+//! fences older deliveries. Issue 27 point 4 adds group deletion (the group starts over
+//! at the earliest offset; its deliveries are fenced) and record deletion (the earliest
+//! offset moves up; the group skips what it had not finished, counted in `skipped`).
 
 mod common_groups;
 
@@ -49,6 +51,10 @@ enum Op {
     AutoRecv,
     /// Closes the auto-ack consumer (acking its previous delivery) and builds a new one.
     AutoClose,
+    /// Drops both consumers, deletes the group, builds both again.
+    DeleteGroup,
+    /// `delete_records_before` this offset.
+    DeleteRecords(u64),
 }
 
 fn reset_strategy() -> impl Strategy<Value = ResetTo> {
@@ -75,6 +81,8 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         1 => Just(Op::Reopen),
         3 => Just(Op::AutoRecv),
         1 => Just(Op::AutoClose),
+        1 => Just(Op::DeleteGroup),
+        1 => (0u64..30).prop_map(Op::DeleteRecords),
     ]
 }
 
@@ -97,6 +105,10 @@ struct Model {
     dlq: Vec<u64>,
     /// The auto-ack consumer's previous delivery, while it is still live.
     auto_prev: Option<u64>,
+    /// The first offset readers see (`delete_records_before`).
+    earliest: u64,
+    /// Records deleted before the group finished them.
+    skipped: u64,
 }
 
 impl Model {
@@ -138,6 +150,33 @@ impl Model {
         }
     }
 
+    /// The group after records below `earliest` were deleted: what it had not finished
+    /// there is skipped, and what it had out there is no longer out.
+    fn clamp(&mut self, earliest: u64) {
+        if self.cursor >= earliest {
+            return;
+        }
+        let done_below = self.done.range(..earliest).count() as u64;
+        self.skipped += earliest - self.cursor - done_below;
+        self.cursor = earliest;
+        self.out.retain(|&o| o >= earliest);
+        self.done.retain(|&o| o >= earliest);
+        self.attempts.retain(|&o, _| o >= earliest);
+        if self.auto_prev.is_some_and(|o| o < earliest) {
+            self.auto_prev = None;
+        }
+        while self.done.remove(&self.cursor) {
+            self.cursor += 1;
+        }
+    }
+
+    /// A deleted group made anew: it starts at the earliest offset with nothing recorded.
+    fn start_over(&mut self) {
+        self.reset(self.earliest);
+        self.dead_lettered = 0;
+        self.skipped = 0;
+    }
+
     fn reset(&mut self, to: u64) {
         self.auto_prev = None;
         self.cursor = to.min(self.log_end());
@@ -169,6 +208,11 @@ struct Harness {
     held: Vec<Held>,
     m: Model,
     reasons: u64,
+}
+
+/// A consumer of another group, to stand in while the harness's are dropped.
+fn mq_placeholder(mq: &Spool) -> Consumer {
+    mq.consumer(TOPIC, "placeholder").build().unwrap()
 }
 
 fn ms(t: SystemTime) -> u64 {
@@ -334,9 +378,9 @@ impl Harness {
             }
             Op::Reset(to) => {
                 let (to, expected) = match to {
-                    ResetTo::Earliest => (OffsetReset::Earliest, 0),
+                    ResetTo::Earliest => (OffsetReset::Earliest, self.m.earliest),
                     ResetTo::Latest => (OffsetReset::Latest, self.m.log_end()),
-                    ResetTo::TimeBeforeAll => (OffsetReset::Time(UNIX_EPOCH), 0),
+                    ResetTo::TimeBeforeAll => (OffsetReset::Time(UNIX_EPOCH), self.m.earliest),
                     ResetTo::TimeAfterAll => (
                         OffsetReset::Time(SystemTime::now() + Duration::from_secs(3600)),
                         self.m.log_end(),
@@ -348,11 +392,14 @@ impl Harness {
                             let t = self.m.ts[i % self.m.ts.len()] + plus;
                             (
                                 OffsetReset::Time(UNIX_EPOCH + Duration::from_millis(t)),
-                                self.m.first_at_or_after(t),
+                                self.m.first_at_or_after(t).max(self.m.earliest),
                             )
                         }
                     }
-                    ResetTo::Explicit(n) => (OffsetReset::Explicit(*n), (*n).min(self.m.log_end())),
+                    ResetTo::Explicit(n) => (
+                        OffsetReset::Explicit(*n),
+                        (*n).clamp(self.m.earliest, self.m.log_end()),
+                    ),
                 };
                 let at = self.mq.reset_offset(TOPIC, GROUP, to).await.unwrap();
                 assert_eq!(at, expected, "{to:?}");
@@ -400,7 +447,47 @@ impl Harness {
                 old.close().await.unwrap();
                 self.auto_ack_previous();
             }
+            Op::DeleteGroup => self.delete_group().await,
+            Op::DeleteRecords(n) => {
+                let earliest = self.mq.delete_records_before(TOPIC, *n).await.unwrap();
+                let expected = self.m.earliest.max((*n).min(self.m.log_end()));
+                assert_eq!(earliest, expected, "earliest after deleting before {n}");
+                self.m.earliest = expected;
+                self.m.clamp(expected);
+                for h in &mut self.held {
+                    if h.d.offset() < expected {
+                        h.live = false;
+                    }
+                }
+            }
         }
+    }
+
+    /// Both consumers go (the auto-ack one acks its previous delivery), the group is
+    /// deleted, and both are built again on the group made anew.
+    async fn delete_group(&mut self) {
+        let placeholder = Harness::auto_consumer(&self.mq, self.m.max_in_flight);
+        let old_auto = std::mem::replace(&mut self.auto, placeholder);
+        drop(old_auto);
+        self.auto_ack_previous();
+        // Still open: the placeholder. Deleting now must be refused.
+        let refused = self.mq.delete_group(TOPIC, GROUP).await;
+        assert!(
+            matches!(refused, Err(Error::GroupInUse { .. })),
+            "{refused:?}"
+        );
+        let other = mq_placeholder(&self.mq);
+        drop(std::mem::replace(&mut self.auto, other));
+        let old_c = std::mem::replace(&mut self.c, mq_placeholder(&self.mq));
+        drop(old_c);
+        // The placeholders are consumers of another group: this one has none open now.
+        self.mq.delete_group(TOPIC, GROUP).await.unwrap();
+        self.m.start_over();
+        for h in &mut self.held {
+            h.live = false;
+        }
+        self.c = Harness::consumer(&self.mq, self.m.max_in_flight);
+        self.auto = Harness::auto_consumer(&self.mq, self.m.max_in_flight);
     }
 
     async fn check(&self, after: &Op) {
@@ -422,7 +509,7 @@ impl Harness {
             .collect();
         assert_eq!(pending, expected, "pending after {after:?}");
         assert_eq!(info.dead_lettered, m.dead_lettered);
-        assert_eq!(info.skipped, 0);
+        assert_eq!(info.skipped, m.skipped, "skipped after {after:?}");
     }
 
     async fn check_dead_letters(&self) {
