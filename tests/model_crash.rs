@@ -1,6 +1,8 @@
 //! Random sequences over the public API — publish, batch, recv, ack, nack (to
 //! dead-letter), reset in all four modes, retention, clean close/reopen and simulated power
 //! cuts — follow an in-memory reference model of API.md's rules, on the simulated disk.
+//! Issue 27 point 4 adds deleting the group and deleting records before an offset: both
+//! durable once they returned, so a power cut after them keeps them.
 //!
 //! Under `Sync=Always` every call that returned is durable, so after a power cut the
 //! state is the model's, with one documented exception: the delivery that was out at the
@@ -40,6 +42,8 @@ enum Op {
     Retention,
     Reopen,
     Crash,
+    DeleteGroup,
+    DeleteRecords(u64),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -59,6 +63,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::Retention),
         1 => Just(Op::Reopen),
         2 => Just(Op::Crash),
+        1 => Just(Op::DeleteGroup),
+        1 => (0u64..40).prop_map(Op::DeleteRecords),
     ]
 }
 
@@ -286,6 +292,36 @@ impl Harness {
                 let (mq, c) = Harness::open(&self.fs);
                 self.mq = mq;
                 self.c = c;
+            }
+            Op::DeleteGroup => {
+                // No consumer of the group may be open: stand one of another group in.
+                self.held = None;
+                let stand_in = self.mq.consumer(TOPIC, "stand-in").build().expect("c");
+                drop(std::mem::replace(&mut self.c, stand_in));
+                self.mq.delete_group(TOPIC, GROUP).await.expect("delete");
+                self.m.cursor = self.m.earliest;
+                self.m.out = None;
+                self.m.attempts.clear();
+                self.m.dead_lettered = 0;
+                self.m.skipped = 0;
+                self.c = self
+                    .mq
+                    .consumer(TOPIC, GROUP)
+                    .manual_ack()
+                    .build()
+                    .expect("consumer");
+            }
+            Op::DeleteRecords(n) => {
+                let got = self
+                    .mq
+                    .delete_records_before(TOPIC, *n)
+                    .await
+                    .expect("delete records");
+                let want = self.m.earliest.max((*n).min(self.m.next));
+                assert_eq!(got, want, "earliest after deleting before {n}");
+                self.m.earliest = want;
+                self.m.records.retain(|o, _| *o >= want);
+                self.m.clamp();
             }
             Op::Crash => {
                 // The power goes out now: nothing of this instance runs again.
