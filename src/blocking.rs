@@ -37,7 +37,7 @@ use crate::error::{Error, Result};
 use crate::format::Headers;
 use crate::format::record::Record;
 use crate::options::Options;
-use crate::queue::{GroupInfo, NackOutcome, OffsetReset, TopicInfo};
+use crate::queue::{GroupInfo, NackOutcome, OffsetReset, TopicConfig, TopicInfo};
 use crate::spool::Spool as AsyncSpool;
 
 /// The runtime every blocking call runs on, shared by a `Spool`'s clones and consumers.
@@ -152,6 +152,11 @@ impl Spool {
     pub fn delete_records_before(&self, topic: &str, offset: u64) -> Result<u64> {
         self.rt
             .block_on(self.inner.delete_records_before(topic, offset))
+    }
+
+    /// Sets a topic's overrides (see [`crate::Spool::set_topic_config`]).
+    pub fn set_topic_config(&self, topic: &str, config: TopicConfig) -> Result<()> {
+        self.rt.block_on(self.inner.set_topic_config(topic, config))
     }
 
     /// Every topic, sorted by name.

@@ -57,8 +57,8 @@ pub use delivery::Delivery;
 pub use error::{Error, Result};
 pub use format::Headers;
 pub use format::record::Record;
-pub use options::{Mode, Options, SyncPolicy};
-pub use queue::{GroupInfo, NackOutcome, OffsetReset, PendingAttempt, TopicInfo};
+pub use options::{Mode, Options, RetentionPolicy, SyncPolicy};
+pub use queue::{GroupInfo, NackOutcome, OffsetReset, PendingAttempt, TopicConfig, TopicInfo};
 pub use spool::Spool;
 
 /// Test support: the simulated file system of the power-loss tests.

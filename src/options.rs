@@ -63,6 +63,17 @@ pub enum SyncPolicy {
     None,
 }
 
+/// What retention deletes besides what its limits do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum RetentionPolicy {
+    /// Only the limits: `Retention Bytes` and `Retention Ms`.
+    #[default]
+    Limits,
+    /// The limits, and also the sealed segments that every group of the topic has
+    /// finished (work-queue retention). A topic with no group keeps them.
+    Acked,
+}
+
 /// Every knob of an instance. Each field has a connection-string key (in brackets).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Options {
@@ -78,6 +89,8 @@ pub struct Options {
     pub retention_bytes: u64,
     /// [`Retention Ms`] sealed segments whose newest record is older are deleted. 0 = forever.
     pub retention_ms: u64,
+    /// [`Retention Policy`] `Limits` | `Acked`: what retention deletes besides its limits.
+    pub retention_policy: RetentionPolicy,
     /// [`Max Message Bytes`] payload limit.
     pub max_message_bytes: usize,
     /// [`Max Header Bytes`] limit on a message's encoded headers.
@@ -108,6 +121,7 @@ impl Options {
             segment_bytes: DEFAULT_SEGMENT_BYTES,
             retention_bytes: 0,
             retention_ms: 0,
+            retention_policy: RetentionPolicy::Limits,
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             max_header_bytes: DEFAULT_MAX_HEADER_BYTES,
             dedup_window: DEFAULT_DEDUP_WINDOW,
@@ -172,6 +186,7 @@ impl Options {
                 }
                 "retentionbytes" => o.retention_bytes = num(k, value, 0, u64::MAX / 2)?,
                 "retentionms" => o.retention_ms = num(k, value, 0, MAX_MS)?,
+                "retentionpolicy" => o.retention_policy = parse_retention_policy(k, value)?,
                 "maxmessagebytes" => {
                     o.max_message_bytes = num(k, value, 1, MAX_MESSAGE_BYTES_LIMIT as u64)? as usize
                 }
@@ -266,6 +281,16 @@ fn num(key: &str, value: &str, min: u64, max: u64) -> Result<u64> {
         return Err(bad(key, &format!("{v} is outside {min}..={max}")));
     }
     Ok(v)
+}
+
+fn parse_retention_policy(key: &str, value: &str) -> Result<RetentionPolicy> {
+    if value.eq_ignore_ascii_case("limits") {
+        Ok(RetentionPolicy::Limits)
+    } else if value.eq_ignore_ascii_case("acked") {
+        Ok(RetentionPolicy::Acked)
+    } else {
+        Err(bad(key, "expected Limits or Acked"))
+    }
 }
 
 fn parse_bool(key: &str, value: &str) -> Result<bool> {

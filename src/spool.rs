@@ -12,7 +12,7 @@ use crate::format::Headers;
 use crate::format::record::Record;
 use crate::io::Fs;
 use crate::options::Options;
-use crate::queue::{GroupInfo, NackOutcome, OffsetReset, TopicInfo};
+use crate::queue::{GroupInfo, NackOutcome, OffsetReset, TopicConfig, TopicInfo};
 
 /// An open spool instance. Cheap to clone; every clone shares the instance.
 #[derive(Clone, Debug)]
@@ -178,6 +178,16 @@ impl Spool {
     pub async fn delete_records_before(&self, topic: &str, offset: u64) -> Result<u64> {
         match &self.backend {
             Backend::Embedded(e) => e.delete_records_before(topic, offset).await,
+        }
+    }
+
+    /// Sets `topic`'s overrides of the instance's retention settings, durably; they
+    /// replace the ones set before. `None` in a field leaves the instance's value in force.
+    /// `topic_info(topic).config` shows them as set. Retention applies them from its next
+    /// pass (`apply_retention`, or the background one).
+    pub async fn set_topic_config(&self, topic: &str, config: TopicConfig) -> Result<()> {
+        match &self.backend {
+            Backend::Embedded(e) => e.set_topic_config(topic, config).await,
         }
     }
 

@@ -350,6 +350,7 @@ struct Tables<'txn> {
     intents: redb::Table<'txn, (&'static str, &'static str, u64), &'static [u8]>,
     meta: redb::Table<'txn, &'static str, &'static [u8]>,
     starts: redb::Table<'txn, &'static str, u64>,
+    configs: redb::Table<'txn, &'static str, &'static [u8]>,
 }
 
 impl<'txn> Tables<'txn> {
@@ -362,6 +363,7 @@ impl<'txn> Tables<'txn> {
             intents: txn.open_table(DEAD_LETTER_INTENTS).map_err(e)?,
             meta: txn.open_table(META).map_err(e)?,
             starts: txn.open_table(TOPIC_STARTS).map_err(e)?,
+            configs: txn.open_table(TOPIC_CONFIGS).map_err(e)?,
         })
     }
 
@@ -398,6 +400,11 @@ impl<'txn> Tables<'txn> {
             }
             Op::SetTopicStart(t, start) => {
                 self.starts.insert(t.as_str(), *start).map_err(w)?;
+            }
+            Op::PutTopicConfig(t, c) => {
+                self.configs
+                    .insert(t.as_str(), enc(c)?.as_slice())
+                    .map_err(w)?;
             }
             Op::PutIntent(t, g, o, r) => {
                 self.intents

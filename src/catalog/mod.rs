@@ -53,6 +53,8 @@ const DEAD_LETTER_INTENTS: TableDefinition<(&str, &str, u64), &[u8]> =
 /// Per topic, the first offset readers may see (`delete_records_before`); a topic without
 /// a row starts at its first segment. Added later: an older catalog gets it at open.
 const TOPIC_STARTS: TableDefinition<&str, u64> = TableDefinition::new("topic_starts");
+/// Per topic, its overrides (`TopicConfigRecord`, postcard); added like `TOPIC_STARTS`.
+const TOPIC_CONFIGS: TableDefinition<&str, &[u8]> = TableDefinition::new("topic_configs");
 
 const META_FORMAT: &str = "format_version";
 const META_CLEAN: &str = "clean_shutdown";
@@ -61,6 +63,15 @@ const META_CLEAN: &str = "clean_shutdown";
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TopicRecord {
     pub created_ms: u64,
+}
+
+/// A topic's overrides of the instance's retention settings (`None`: the instance's).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicConfigRecord {
+    pub retention_bytes: Option<u64>,
+    pub retention_ms: Option<u64>,
+    /// 0 `Limits`, 1 `Acked`.
+    pub retention_policy: Option<u8>,
 }
 
 /// A consumer group's durable state.
@@ -113,6 +124,8 @@ pub enum Op {
     DeleteGroup(String, String),
     /// Sets the first offset readers of a topic may see (`delete_records_before`).
     SetTopicStart(String, u64),
+    /// Sets a topic's overrides.
+    PutTopicConfig(String, TopicConfigRecord),
     PutIntent(String, String, u64, DeadLetterIntent),
     DeleteIntent(String, String, u64),
     SetClean(bool),
@@ -290,6 +303,18 @@ impl Catalog {
         Ok(start.map_or(0, |v| v.value()))
     }
 
+    /// The topic's overrides (all `None` if it has none).
+    pub fn topic_config(&self, topic: &str) -> Result<TopicConfigRecord> {
+        let txn = self.db.begin_read().map_err(|e| cat_err("reading", e))?;
+        let t = txn
+            .open_table(TOPIC_CONFIGS)
+            .map_err(|e| cat_err("reading", e))?;
+        let row = t.get(topic).map_err(|e| cat_err("reading", e))?;
+        row.map_or(Ok(TopicConfigRecord::default()), |v| {
+            dec(&self.path, v.value())
+        })
+    }
+
     /// Every group of every topic: `(topic, group) -> record`.
     pub fn groups(&self) -> Result<BTreeMap<(String, String), GroupRecord>> {
         let txn = self.db.begin_read().map_err(|e| cat_err("reading", e))?;
@@ -425,6 +450,8 @@ fn init(db: &Database, path: &Path) -> Result<()> {
         txn.open_table(DEAD_LETTER_INTENTS)
             .map_err(|e| cat_err("opening", e))?;
         txn.open_table(TOPIC_STARTS)
+            .map_err(|e| cat_err("opening", e))?;
+        txn.open_table(TOPIC_CONFIGS)
             .map_err(|e| cat_err("opening", e))?;
     }
     txn.commit().map_err(|e| cat_err("creating tables", e))

@@ -419,7 +419,7 @@ mod tests {
             1,
             "rolls to segment 1"
         );
-        assert_eq!(log.apply_retention(0, 1, 0).expect("retention"), 1);
+        assert_eq!(log.apply_retention(0, 1, 0, None).expect("retention"), 1);
         assert_eq!(log.recycled.len(), 1, "segment 0's file kept");
         assert_eq!(append_one(&mut log, &[2u8; 30_000]), 2);
         // Offset 3 rolls into the kept file; offsets 3..FORGED end exactly at the frame.

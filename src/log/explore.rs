@@ -178,10 +178,10 @@ fn random_kills_power_cuts_retention_and_slow_or_failing_syncs_keep_the_log_a_pr
             } else if op < 78 {
                 let r = log
                     .finish_sealing()
-                    .and_then(|_| log.apply_retention(0, 2500, 0));
+                    .and_then(|_| log.apply_retention(0, 2500, 0, None));
                 trace.push(format!("retention {r:?}"));
             } else if op < 82 {
-                let r = log.apply_retention(0, 2500, 0);
+                let r = log.apply_retention(0, 2500, 0, None);
                 trace.push(format!("bg retention {r:?}"));
             } else if op < 88 {
                 // Held records never reached the file: a kill loses them (their publishes

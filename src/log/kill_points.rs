@@ -243,7 +243,7 @@ fn every_cut_into_a_reused_file(s: u64, f: usize, batch: usize) -> usize {
     let p1 = new_payload(1, l1);
     assert_eq!(append_one(&mut log, &p1), 1, "rolls");
     payloads.insert(1, p1);
-    assert_eq!(log.apply_retention(0, 1, 0).expect("retention"), 1);
+    assert_eq!(log.apply_retention(0, 1, 0, None).expect("retention"), 1);
     assert_eq!(log.recycled.len(), 1);
     let p2 = new_payload(2, s as usize - hdr - 2 * ov - l1 - room);
     assert_eq!(append_one(&mut log, &p2), 2);

@@ -648,7 +648,7 @@ mod tests {
             kept.push(segment::RECYCLED_SUFFIX);
             // Just before the first deletion's index removal: after its rename.
             fs.cut_at_op(fs.ops() + 2);
-            assert_eq!(log.apply_retention(0, 1, 0).expect("retention"), 2);
+            assert_eq!(log.apply_retention(0, 1, 0, None).expect("retention"), 2);
             drop(log);
             let image = fs.crash_image().expect("cut");
             if image.read_file(&first).is_none() || image.read_file(Path::new(&kept)).is_none() {
@@ -684,7 +684,7 @@ mod tests {
         let mut log = TopicLog::open(&fs, dir, cfg, 0).expect("open");
         assert!(append_until_segments(&mut log, 3));
         let second = log.reader().snapshot()[1].base;
-        assert_eq!(log.apply_retention(0, 1, 0).expect("retention"), 2);
+        assert_eq!(log.apply_retention(0, 1, 0, None).expect("retention"), 2);
         assert_eq!(log.recycled.len(), 2);
         drop(log);
         for name in fs.list_dir(dir).expect("list") {
@@ -727,7 +727,7 @@ mod tests {
             let mut log = TopicLog::open(&Fs::new(Arc::new(image.clone())), dir, reopen, 0)
                 .expect("reopen in the same boot");
             log.finish_sealing().expect("B sealed");
-            assert_eq!(log.apply_retention(0, 1, 0).expect("retention"), 2);
+            assert_eq!(log.apply_retention(0, 1, 0, None).expect("retention"), 2);
             drop(log);
             every_power_cut_opens(&image, 20, dir);
         }

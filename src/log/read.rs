@@ -318,7 +318,7 @@ mod tests {
         let mut log = reopened_log_in(tmp.path(), 40);
         let reader = log.reader().clone();
         let snapshot = reader.snapshot();
-        assert!(log.apply_retention(0, 1, 0).expect("retention") > 0);
+        assert!(log.apply_retention(0, 1, 0, None).expect("retention") > 0);
         assert!(
             snapshot[0].offset_for_time(0, 4096).is_err(),
             "its file is gone"
@@ -411,7 +411,8 @@ mod tests {
             append_all(&mut log, &payloads);
             i += n;
             if i % 200 < 5 {
-                log.apply_retention(0, 2_000_000, 0).expect("retention");
+                log.apply_retention(0, 2_000_000, 0, None)
+                    .expect("retention");
             }
         }
         done.store(true, Ordering::Release);
@@ -453,7 +454,7 @@ mod tests {
         let (mut log, first) = log_and_first_segment(tmp.path());
         let reader = log.reader().clone();
         first.close_file();
-        let removed = log.apply_retention(0, 1, 0).expect("retention");
+        let removed = log.apply_retention(0, 1, 0, None).expect("retention");
         assert!(removed > 0 && first.is_removed());
         let mut out = Vec::new();
         assert!(
@@ -478,7 +479,7 @@ mod tests {
         first
             .read(first.base, 1, 1 << 20, 4096, &mut out)
             .expect("a read opens its file");
-        let removed = log.apply_retention(0, 1, 0).expect("retention");
+        let removed = log.apply_retention(0, 1, 0, None).expect("retention");
         assert!(removed > 0 && first.is_removed());
         first.unload_index();
         out.clear();

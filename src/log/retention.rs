@@ -7,13 +7,16 @@ use super::*;
 
 impl TopicLog {
     /// Deletes whole sealed segments, oldest first, while the log keeps at least
-    /// `max_bytes` without them (0 = no limit) or their newest record is older than
-    /// `max_age_ms` (0 = no limit). Never the active segment. Returns the segments removed.
+    /// `max_bytes` without them (0 = no limit), their newest record is older than
+    /// `max_age_ms` (0 = no limit), or every record in them is below `finished` (the
+    /// offset every group finished, under `Retention Policy=Acked`). Never the active
+    /// segment. Returns the segments removed.
     pub fn apply_retention(
         &mut self,
         now_ms: u64,
         max_bytes: u64,
         max_age_ms: u64,
+        finished: Option<u64>,
     ) -> Result<usize> {
         let mut total: u64 = read_lock(&self.reader.segments)
             .iter()
@@ -23,10 +26,12 @@ impl TopicLog {
             let by_bytes = max_bytes > 0 && total - oldest.end() >= max_bytes;
             let by_age =
                 max_age_ms > 0 && now_ms.saturating_sub(oldest.summary().last_ts) > max_age_ms;
-            if by_bytes || by_age {
+            let by_acks = finished.is_some_and(|f| oldest.next() <= f);
+            let take = by_bytes || by_age || by_acks;
+            if take {
                 total -= oldest.end();
             }
-            by_bytes || by_age
+            take
         });
         self.delete_files(&removed)?;
         Ok(removed.len())
@@ -154,7 +159,7 @@ mod tests {
             .map(|s| s.path.clone())
             .collect();
         let inodes: Vec<u64> = old.iter().map(|p| ino(p)).collect();
-        assert_eq!(log.apply_retention(0, 1, 0).expect("retention"), 4);
+        assert_eq!(log.apply_retention(0, 1, 0, None).expect("retention"), 4);
         let kept = recycled_in(tmp.path());
         assert_eq!(kept.len(), MAX_RECYCLED, "{kept:?}");
         assert!(
@@ -187,7 +192,7 @@ mod tests {
             assert_dense(&log, earliest);
         }
         // A few records into a reused file, then killed (no close) and opened again.
-        assert_eq!(log.apply_retention(0, 1, 0).expect("retention"), 3);
+        assert_eq!(log.apply_retention(0, 1, 0, None).expect("retention"), 3);
         let before = log.reader().snapshot().len();
         assert!(append_until_segments(&mut log, before + 1));
         append(&mut log, 3);
@@ -228,11 +233,11 @@ mod tests {
         let mut log = TopicLog::open(&Fs::real(), tmp.path(), always_cfg(), 0).expect("open");
         assert!(append_until_segments(&mut log, 3));
         let held = log.reader().snapshot();
-        assert_eq!(log.apply_retention(0, 1, 0).expect("retention"), 2);
+        assert_eq!(log.apply_retention(0, 1, 0, None).expect("retention"), 2);
         assert!(recycled_in(tmp.path()).is_empty());
         drop(held);
         assert!(append_until_segments(&mut log, 3));
-        assert_eq!(log.apply_retention(0, 1, 0).expect("retention"), 2);
+        assert_eq!(log.apply_retention(0, 1, 0, None).expect("retention"), 2);
         assert_eq!(recycled_in(tmp.path()).len(), 2);
     }
 
@@ -244,7 +249,7 @@ mod tests {
         cfg.preallocate = false;
         let mut log = TopicLog::open(&Fs::real(), tmp.path(), cfg, 0).expect("open");
         assert!(append_until_segments(&mut log, 3));
-        assert_eq!(log.apply_retention(0, 1, 0).expect("retention"), 2);
+        assert_eq!(log.apply_retention(0, 1, 0, None).expect("retention"), 2);
         assert!(recycled_in(tmp.path()).is_empty());
     }
 }

@@ -4,6 +4,7 @@
 
 use super::Engine;
 use super::engine::lock;
+use super::topic_config::TopicConfig;
 use crate::error::Result;
 use crate::log::LogStats;
 use crate::names;
@@ -61,6 +62,8 @@ pub struct TopicInfo {
     pub segments: usize,
     /// Message ids currently remembered for de-duplication.
     pub dedup_ids: usize,
+    /// The topic's overrides as set (`None`: the instance's value applies).
+    pub config: TopicConfig,
 }
 
 /// One offset with recorded failed attempts.
@@ -114,6 +117,7 @@ impl Engine {
             segments,
         } = t.reader.stats();
         let dedup_ids = lock(&t.writer).dedup.len();
+        let config = lock(&t.config).clone();
         Ok(TopicInfo {
             earliest,
             next,
@@ -121,6 +125,7 @@ impl Engine {
             bytes,
             segments,
             dedup_ids,
+            config,
         })
     }
 

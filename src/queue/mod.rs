@@ -32,8 +32,10 @@
 //! - `cursor.rs`: the low-level ack and nack of a group's cursor. A refused call
 //!   creates nothing.
 //! - `reset.rs`: moving a group's cursor. A reset starts a new epoch.
-//! - `retention.rs`: deleting old segments, and the clamp. Records deleted before a
-//!   group finished them count as skipped.
+//! - `retention.rs`: deleting old segments (by limits, by acks, before an offset), and
+//!   the clamp. Records deleted before a group finished them count as skipped.
+//! - `topic_config.rs`: a topic's overrides of the instance's retention settings.
+//!   Durable before they apply.
 //! - `info.rs`: the public types, header names and state queries. `lib.rs` re-exports
 //!   every public item.
 //! - `names.rs`: topic and group names. A valid name is never a path.
@@ -61,6 +63,7 @@ mod retention;
 #[cfg(test)]
 mod test_support;
 mod topic;
+mod topic_config;
 mod unclean;
 
 pub use deliver::{GroupRef, LentRecords, Ticket};
@@ -73,4 +76,5 @@ pub use info::{
 };
 pub use produce::Published;
 pub use topic::Topic;
+pub use topic_config::TopicConfig;
 pub use unclean::{PANICKED_REASON, UNCLEAN_STOP_REASON};

@@ -8,6 +8,7 @@ use super::{Engine, Topic};
 use crate::catalog::Op;
 use crate::error::Result;
 use crate::names;
+use crate::options::RetentionPolicy;
 
 impl Engine {
     /// Applies retention to every topic; forgets de-duplication ids of deleted records.
@@ -19,14 +20,18 @@ impl Engine {
         let mut first = Ok(());
         for t in self.all_topics() {
             let before = t.reader.earliest();
+            let r = self.retention_of(&t);
+            // Before the writer's lock: a group's lock comes first.
+            let finished = match r.policy {
+                RetentionPolicy::Acked => self.finished_by_all(&t),
+                RetentionPolicy::Limits => None,
+            };
             let mut w = lock(&t.writer);
             if wait && let Err(e) = w.log.finish_sealing() {
                 first = first.and(Err(e));
                 continue;
             }
-            let removed =
-                w.log
-                    .apply_retention(now_ms, self.opts.retention_bytes, self.opts.retention_ms);
+            let removed = w.log.apply_retention(now_ms, r.bytes, r.ms, finished);
             // Also after a failed deletion: the segments left the log before it failed.
             let earliest = t.reader.earliest();
             w.dedup.forget_below(earliest);

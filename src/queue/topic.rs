@@ -11,6 +11,7 @@ use super::dedup::Dedup;
 use super::engine::lock;
 use super::group_cell::GroupCell;
 use super::produce::rebuild_dedup;
+use super::topic_config::TopicConfig;
 use super::{Engine, dead_letter};
 use crate::catalog::{Op, TopicRecord};
 use crate::error::Result;
@@ -49,6 +50,8 @@ pub struct Topic {
     pub(super) writer: Mutex<Writer>,
     pub(super) reader: LogReader,
     pub(super) groups: Mutex<BTreeMap<String, Arc<GroupCell>>>,
+    /// Overrides of the instance's settings (`set_topic_config`).
+    pub(super) config: Mutex<TopicConfig>,
 }
 
 impl std::fmt::Debug for Topic {
@@ -59,12 +62,13 @@ impl std::fmt::Debug for Topic {
 
 impl Topic {
     /// A topic on `log`, with no groups yet.
-    fn new(name: &str, log: TopicLog, dedup: Dedup) -> Arc<Topic> {
+    fn new(name: &str, log: TopicLog, dedup: Dedup, config: TopicConfig) -> Arc<Topic> {
         Arc::new(Topic {
             name: name.to_owned(),
             reader: log.reader().clone(),
             writer: Mutex::new(Writer { log, dedup }),
             groups: Mutex::new(BTreeMap::new()),
+            config: Mutex::new(config),
         })
     }
 
@@ -141,7 +145,8 @@ impl Engine {
             rebuild_dedup(log.reader(), &mut dedup, self.opts.dedup_window)?;
             dedup.forget_below(log.reader().earliest());
         }
-        let t = Topic::new(name, log, dedup);
+        let config = TopicConfig::from_record(&self.catalog.topic_config(name)?);
+        let t = Topic::new(name, log, dedup, config);
         self.topics_write().insert(name.to_owned(), t.clone());
         Ok(t)
     }
@@ -168,7 +173,8 @@ impl Engine {
         let mut log = self.open_log(name, now_ms)?;
         // A leftover directory may hold an interrupted sealing.
         log.resume_sealing();
-        let t = Topic::new(name, log, Dedup::new(self.opts.dedup_window));
+        let dedup = Dedup::new(self.opts.dedup_window);
+        let t = Topic::new(name, log, dedup, TopicConfig::default());
         map.insert(name.to_owned(), t.clone());
         Ok(t)
     }

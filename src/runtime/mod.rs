@@ -32,7 +32,7 @@ use crate::format::Headers;
 use crate::format::record::Record;
 use crate::io::Fs;
 use crate::options::{Options, SyncPolicy};
-use crate::queue::{Engine, GroupInfo, NackOutcome, OffsetReset, TopicInfo};
+use crate::queue::{Engine, GroupInfo, NackOutcome, OffsetReset, TopicConfig, TopicInfo};
 use syncer::Syncer;
 
 /// Milliseconds since the Unix epoch, now.
@@ -299,6 +299,11 @@ impl Embedded {
     /// Deletes the records before `offset` (see [`crate::Spool::delete_records_before`]).
     pub async fn delete_records_before(&self, topic: &str, offset: u64) -> Result<u64> {
         self.engine()?.delete_records_before(topic, offset)
+    }
+
+    /// Sets a topic's overrides (see [`crate::Spool::set_topic_config`]).
+    pub async fn set_topic_config(&self, topic: &str, config: TopicConfig) -> Result<()> {
+        self.engine()?.set_topic_config(topic, config, now_ms())
     }
 
     /// Every topic, sorted by name.
