@@ -104,7 +104,11 @@ async fn acked_retention_deletes_what_every_group_finished_and_keeps_the_rest() 
         mq.group_info("jobs", "fast").expect("fast"),
         mq.group_info("jobs", "slow").expect("slow"),
     );
-    assert_eq!((f.skipped, s.skipped), (0, 0), "nothing unfinished was deleted");
+    assert_eq!(
+        (f.skipped, s.skipped),
+        (0, 0),
+        "nothing unfinished was deleted"
+    );
     // The slow group catches up: more can go.
     for _ in 20..50 {
         recv(&mut slow).await.ack().await.expect("ack");

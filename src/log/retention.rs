@@ -1,4 +1,5 @@
-//! Retention: deleting whole sealed segments, oldest first, by size or age.
+//! Retention: deleting whole sealed segments, oldest first, by size, age or acks, and
+//! everything before an offset (`delete_before`).
 //!
 //! **Invariant:** never the active segment, never one still being sealed; each deletion
 //! is durable before the next.
@@ -6,11 +7,10 @@
 use super::*;
 
 impl TopicLog {
-    /// Deletes whole sealed segments, oldest first, while the log keeps at least
-    /// `max_bytes` without them (0 = no limit), their newest record is older than
-    /// `max_age_ms` (0 = no limit), or every record in them is below `finished` (the
-    /// offset every group finished, under `Retention Policy=Acked`). Never the active
-    /// segment. Returns the segments removed.
+    /// Deletes whole sealed segments, oldest first, as `retention_target` picks them.
+    /// Returns the segments removed. (The engine goes through `retention_target` and
+    /// `delete_before` itself, to make the new start durable in between.)
+    #[cfg(test)]
     pub fn apply_retention(
         &mut self,
         now_ms: u64,
@@ -18,23 +18,46 @@ impl TopicLog {
         max_age_ms: u64,
         finished: Option<u64>,
     ) -> Result<usize> {
-        let mut total: u64 = read_lock(&self.reader.segments)
-            .iter()
-            .map(|s| s.end())
-            .sum();
-        let removed = self.take_oldest(|oldest| {
+        let target = self.retention_target(now_ms, max_bytes, max_age_ms, finished);
+        if target > self.reader.earliest() {
+            self.set_start(target);
+        }
+        self.remove_below(target)
+    }
+
+    /// The log's earliest offset once retention deleted the sealed segments it may, oldest
+    /// first: while the log keeps at least `max_bytes` without them (0 = no limit), while
+    /// their newest record is older than `max_age_ms` (0 = no limit), and while every
+    /// record in them is below `finished` (under `Retention Policy=Acked`, the offset
+    /// every group finished). Segments already below the start (left by a deletion that
+    /// failed) go too. Never the active segment, nor one still being sealed.
+    pub fn retention_target(
+        &self,
+        now_ms: u64,
+        max_bytes: u64,
+        max_age_ms: u64,
+        finished: Option<u64>,
+    ) -> u64 {
+        let segs = read_lock(&self.reader.segments);
+        let start = self.reader.start.load(Ordering::Acquire);
+        let mut total: u64 = segs.iter().map(|s| s.end()).sum();
+        let mut target = self.reader.earliest_of(&segs);
+        for (i, oldest) in segs.iter().enumerate() {
+            if i + 1 == segs.len() || !oldest.is_sealed() {
+                break;
+            }
             let by_bytes = max_bytes > 0 && total - oldest.end() >= max_bytes;
             let by_age =
                 max_age_ms > 0 && now_ms.saturating_sub(oldest.summary().last_ts) > max_age_ms;
             let by_acks = finished.is_some_and(|f| oldest.next() <= f);
-            let take = by_bytes || by_age || by_acks;
-            if take {
-                total -= oldest.end();
+            let hidden = oldest.next() <= start;
+            if !(by_bytes || by_age || by_acks || hidden) {
+                break;
             }
-            take
-        });
-        self.delete_files(&removed)?;
-        Ok(removed.len())
+            total -= oldest.end();
+            target = target.max(segs[i + 1].base);
+        }
+        target
     }
 
     /// Takes the records before `offset` (clamped to the log's visible end) away from
@@ -46,9 +69,16 @@ impl TopicLog {
         if target > self.reader.earliest() {
             self.set_start(target);
         }
+        self.remove_below(target)?;
+        Ok(self.reader.earliest())
+    }
+
+    /// Removes the sealed segments whose records are all below `target`, and their files.
+    /// Returns how many.
+    fn remove_below(&mut self, target: u64) -> Result<usize> {
         let removed = self.take_oldest(|oldest| oldest.next() <= target);
         self.delete_files(&removed)?;
-        Ok(self.reader.earliest())
+        Ok(removed.len())
     }
 
     /// Readers see nothing before `start` (at most the log's end: records after it lost

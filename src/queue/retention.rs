@@ -31,8 +31,17 @@ impl Engine {
                 first = first.and(Err(e));
                 continue;
             }
-            let removed = w.log.apply_retention(now_ms, r.bytes, r.ms, finished);
-            // Also after a failed deletion: the segments left the log before it failed.
+            let target = w.log.retention_target(now_ms, r.bytes, r.ms, finished);
+            let removed = if target > before {
+                // The new start durable first: a deletion that fails half-way (or a power
+                // cut) cannot bring deleted records back at the next open.
+                self.catalog
+                    .commit(&[Op::SetTopicStart(t.name.clone(), target)])
+                    .and_then(|()| w.log.delete_before(target))
+            } else {
+                Ok(before)
+            };
+            // Also after a failed deletion: the records are gone for readers already.
             let earliest = t.reader.earliest();
             w.dedup.forget_below(earliest);
             drop(w);
