@@ -210,9 +210,17 @@ impl EmbeddedConsumer {
 
     /// Waits for the next delivery.
     pub async fn recv(&mut self) -> Result<EmbeddedDelivery> {
+        // A ready `recv` takes part in tokio's cooperative budget, as tokio's own channels
+        // do: without it, a consumer task that always finds a record never yields, and the
+        // other consumers of the group on its runtime thread get nothing. The budget is
+        // taken before the hand-out, so a yield here leaves nothing handed out (an
+        // auto-ack consumer would count a delivery dropped in between as acked).
+        let budget = std::future::poll_fn(tokio::task::coop::poll_proceed).await;
         if let Some(d) = self.try_next()? {
+            budget.made_progress();
             return Ok(d);
         }
+        drop(budget);
         let shared = self.shared.clone();
         let _waiting = shared.wakeup.waiting();
         // One budget per call: every publish to the topic and every ack of any group rings,
