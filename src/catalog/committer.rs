@@ -440,22 +440,32 @@ impl<'txn> Tables<'txn> {
 }
 
 /// Per group, the sequence number of the newest image among `ops`, if it is newer than
-/// the one `written` already.
+/// the one `written` already, and the group is not deleted in the same transaction. (A
+/// group deleted in a round has no image of its own there: `delete_group` returns only
+/// after that round, and a group made anew under the name comes later; so every image of
+/// it in the round is of the deleted group, and a late job's deletion is written before
+/// the images taken at the round's start.)
 fn newest_images<'a>(
     ops: impl Iterator<Item = &'a Op>,
     written: &HashMap<(String, String), u64>,
 ) -> HashMap<(&'a str, &'a str), u64> {
     let mut newest: HashMap<(&str, &str), u64> = HashMap::new();
+    let mut deleted = Vec::new();
     for op in ops {
-        if let Op::PutGroup(t, g, _, seq) = op {
-            let e = newest.entry((t.as_str(), g.as_str())).or_insert(*seq);
-            *e = (*e).max(*seq);
+        match op {
+            Op::PutGroup(t, g, _, seq) => {
+                let e = newest.entry((t.as_str(), g.as_str())).or_insert(*seq);
+                *e = (*e).max(*seq);
+            }
+            Op::DeleteGroup(t, g) => deleted.push((t.as_str(), g.as_str())),
+            _ => {}
         }
     }
     newest.retain(|&(t, g), seq| {
-        written
-            .get(&(t.to_owned(), g.to_owned()))
-            .is_none_or(|w| *w < *seq)
+        !deleted.contains(&(t, g))
+            && written
+                .get(&(t.to_owned(), g.to_owned()))
+                .is_none_or(|w| *w < *seq)
     });
     newest
 }
@@ -474,6 +484,45 @@ mod tests {
 
     fn put(cursor: u64, seq: u64) -> Op {
         Op::PutGroup("t".into(), "g".into(), image(cursor), seq)
+    }
+
+    /// A group image taken at the start of a round, then the group's deletion queued
+    /// before the round writes: both land in one transaction, the deletion's job before
+    /// the images. The image is of the deleted group and must not bring it back (found by
+    /// review).
+    #[test]
+    fn a_delete_after_an_image_in_one_round_stays_deleted() {
+        #[derive(Debug)]
+        struct ImageThenDelete(std::sync::OnceLock<Arc<Catalog>>);
+        impl Snapshotter for ImageThenDelete {
+            fn try_ops(&self) -> Option<Vec<Op>> {
+                let catalog = self.0.get().expect("set");
+                catalog.commit_then(
+                    vec![Op::DeleteGroup("t".into(), "g".into())],
+                    Box::new(|_| {}),
+                );
+                Some(vec![put(7, u64::MAX / 2)])
+            }
+            fn key(&self) -> usize {
+                9
+            }
+        }
+        let dir = tempfile::tempdir().expect("dir");
+        let c = Arc::new(Catalog::open(&Fs::real(), &dir.path().join("c.redb")).expect("open"));
+        c.commit(&[put(3, 1)]).expect("the group exists");
+        let s = Arc::new(ImageThenDelete(std::sync::OnceLock::new()));
+        s.0.set(c.clone()).expect("set");
+        let s: Arc<dyn Snapshotter> = s;
+        let t = c.ack_ticket(&s, true).expect("ticket");
+        while c.ack_watch().outcome(t).is_none() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(
+            !c.groups()
+                .expect("groups")
+                .contains_key(&("t".to_owned(), "g".to_owned())),
+            "the deleted group came back"
+        );
     }
 
     fn cursor(c: &Catalog) -> u64 {

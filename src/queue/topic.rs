@@ -139,7 +139,16 @@ impl Engine {
         );
         let mut log = self.open_log(name, now_ms)?;
         // Records deleted before this start (`delete_records_before`) stay deleted.
-        log.set_start(self.catalog.topic_start(name)?);
+        let mut start = self.catalog.topic_start(name)?;
+        if start > log.next() {
+            // The records up to it were lost to a power cut (`Sync=None` deletes up to an
+            // end not yet synced): the log goes on from its end, and what it appends from
+            // now on must not stay hidden behind the old start after the next open.
+            start = log.next();
+            self.catalog
+                .commit(&[Op::SetTopicStart(name.to_owned(), start)])?;
+        }
+        log.set_start(start);
         let mut dedup = Dedup::new(self.opts.dedup_window);
         if dedup.enabled() {
             rebuild_dedup(log.reader(), &mut dedup, self.opts.dedup_window)?;
