@@ -3,6 +3,7 @@
 //! of it is open, and fences its deliveries still out; a power cut after it returned
 //! never brings the group back.
 
+mod common_core;
 mod common_groups;
 
 use common_groups::{open, publish_n, recv};
@@ -155,12 +156,8 @@ fn a_power_cut_keeps_a_returned_deletion_and_never_half_of_one() {
         });
         // Cut the power just before one of the deletion's file operations, or (past its
         // last one) not at all: then the image is taken after it returned.
-        fs.cut_at_op(fs.ops() + 1 + seed);
-        let deleted = rt.block_on(mq.delete_group(TOPIC, "g"));
-        let (image, cut_inside) = match fs.crash_image() {
-            Some(image) => (image, true),
-            None => (fs.crash_now(), false),
-        };
+        let (deleted, image, cut_inside) =
+            common_core::cut_during(&fs, 1 + seed, || rt.block_on(mq.delete_group(TOPIC, "g")));
         drop(mq);
         let mq = spool::Spool::open_simulated(opts(), &image).expect("reopen");
         let groups = mq.groups(TOPIC).expect("groups");

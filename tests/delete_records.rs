@@ -3,6 +3,7 @@
 //! cut after it returned; whole segments below it leave the disk; groups behind it resume
 //! there and count the skip.
 
+mod common_core;
 mod common_groups;
 
 use common_groups::{open, publish_n, recv};
@@ -12,16 +13,7 @@ use spool::{Headers, OffsetReset, Options, SyncPolicy};
 const TOPIC: &str = "records.events";
 
 fn segment_files(dir: &std::path::Path) -> usize {
-    std::fs::read_dir(dir.join("topics").join(TOPIC))
-        .expect("topic dir")
-        .filter(|e| {
-            e.as_ref()
-                .expect("entry")
-                .file_name()
-                .to_string_lossy()
-                .ends_with(".log")
-        })
-        .count()
+    common_core::segment_files(dir, TOPIC).len()
 }
 
 #[tokio::test]
@@ -176,12 +168,9 @@ fn a_power_cut_keeps_a_returned_deletion() {
                     .expect("publish");
             }
         });
-        fs.cut_at_op(fs.ops() + 1 + seed);
-        let r = rt.block_on(mq.delete_records_before(TOPIC, 20));
-        let (image, cut_inside) = match fs.crash_image() {
-            Some(image) => (image, true),
-            None => (fs.crash_now(), false),
-        };
+        let (r, image, cut_inside) = common_core::cut_during(&fs, 1 + seed, || {
+            rt.block_on(mq.delete_records_before(TOPIC, 20))
+        });
         drop(mq);
         let mq = spool::Spool::open_simulated(opts(), &image).expect("reopen");
         let got = rt.block_on(mq.fetch(TOPIC, 0, 100)).expect("fetch");
@@ -240,13 +229,8 @@ fn a_retention_pass_cut_half_way_starts_the_log_at_its_target_or_not_at_all() {
         });
         // Reopened with a limit that deletes several segments in one pass.
         let mq = spool::Spool::open_simulated(opts(1500), &fs).expect("open");
-        fs.cut_at_op(fs.ops() + 1 + seed);
-        let r = mq.apply_retention();
+        let (r, image, cut) = common_core::cut_during(&fs, 1 + seed, || mq.apply_retention());
         let target = mq.topic_info(TOPIC).expect("info").earliest;
-        let (image, cut) = match fs.crash_image() {
-            Some(image) => (image, true),
-            None => (fs.crash_now(), false),
-        };
         drop(mq);
         let mq = spool::Spool::open_simulated(opts(0), &image).expect("reopen");
         let earliest = mq.topic_info(TOPIC).expect("info").earliest;

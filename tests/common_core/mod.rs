@@ -7,6 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
+use spool::testing::SimFs;
 use spool::{Headers, Options, Record, Spool, SyncPolicy};
 
 /// Options for `dir` with fast, test-friendly settings: `Sync=None` (rolls and close still
@@ -115,6 +116,18 @@ pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
         .build()
         .expect("runtime")
         .block_on(f)
+}
+
+/// Runs `f` with the power cut just before the `k`-th (from 1) file operation it makes.
+/// Returns what `f` returned, the disk as the cut left it, and whether the cut fell inside
+/// `f`. If `f` made fewer operations, the disk is as a cut right after it returned.
+pub fn cut_during<R>(fs: &SimFs, k: u64, f: impl FnOnce() -> R) -> (R, SimFs, bool) {
+    fs.cut_at_op(fs.ops() + k);
+    let r = f();
+    match fs.crash_image() {
+        Some(image) => (r, image, true),
+        None => (r, fs.crash_now(), false),
+    }
 }
 
 /// Copies a closed data directory (so one prepared log can be damaged in many ways).
