@@ -292,27 +292,33 @@ impl Catalog {
         Ok(out)
     }
 
-    /// The first offset readers of `topic` may see, if records before its first segment's
-    /// were deleted (`Op::SetTopicStart`); 0 otherwise.
-    pub fn topic_start(&self, topic: &str) -> Result<u64> {
+    /// Per topic, the first offset readers may see, where records before its first
+    /// segment's were deleted (`Op::SetTopicStart`). One read for every topic at open.
+    pub fn topic_starts(&self) -> Result<HashMap<String, u64>> {
         let txn = self.db.begin_read().map_err(|e| cat_err("reading", e))?;
         let t = txn
             .open_table(TOPIC_STARTS)
             .map_err(|e| cat_err("reading", e))?;
-        let start = t.get(topic).map_err(|e| cat_err("reading", e))?;
-        Ok(start.map_or(0, |v| v.value()))
+        let mut out = HashMap::new();
+        for row in t.iter().map_err(|e| cat_err("reading", e))? {
+            let (k, v) = row.map_err(|e| cat_err("reading", e))?;
+            out.insert(k.value().to_owned(), v.value());
+        }
+        Ok(out)
     }
 
-    /// The topic's overrides (all `None` if it has none).
-    pub fn topic_config(&self, topic: &str) -> Result<TopicConfigRecord> {
+    /// Per topic, its overrides (`Op::PutTopicConfig`); topics without any are absent.
+    pub fn topic_configs(&self) -> Result<HashMap<String, TopicConfigRecord>> {
         let txn = self.db.begin_read().map_err(|e| cat_err("reading", e))?;
         let t = txn
             .open_table(TOPIC_CONFIGS)
             .map_err(|e| cat_err("reading", e))?;
-        let row = t.get(topic).map_err(|e| cat_err("reading", e))?;
-        row.map_or(Ok(TopicConfigRecord::default()), |v| {
-            dec(&self.path, v.value())
-        })
+        let mut out = HashMap::new();
+        for row in t.iter().map_err(|e| cat_err("reading", e))? {
+            let (k, v) = row.map_err(|e| cat_err("reading", e))?;
+            out.insert(k.value().to_owned(), dec(&self.path, v.value())?);
+        }
+        Ok(out)
     }
 
     /// Every group of every topic: `(topic, group) -> record`.

@@ -75,8 +75,13 @@ impl Engine {
             on_visible: Arc::new(std::sync::OnceLock::new()),
             _lock: dir_lock,
         };
+        // Each table read once, not once per topic (thousands of topics open at once).
+        let mut starts = engine.catalog.topic_starts()?;
+        let mut configs = engine.catalog.topic_configs()?;
         for name in engine.topics_to_open()? {
-            engine.open_topic(&name, now_ms)?;
+            let start = starts.remove(&name).unwrap_or(0);
+            let config = configs.remove(&name).unwrap_or_default();
+            engine.open_topic(&name, now_ms, start, &config)?;
         }
         engine.load_groups(clean)?;
         engine.finish_intents(now_ms)?;

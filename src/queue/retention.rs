@@ -32,7 +32,9 @@ impl Engine {
                 continue;
             }
             let target = w.log.retention_target(now_ms, r.bytes, r.ms, finished);
-            let removed = if target > before {
+            // Against the start under the writer's lock: `before` may be older (another
+            // pass ran in between), and a start already durable needs no second commit.
+            let removed = if target > t.reader.earliest() {
                 // The new start durable first: a deletion that fails half-way (or a power
                 // cut) cannot bring deleted records back at the next open.
                 self.catalog

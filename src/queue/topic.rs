@@ -13,7 +13,7 @@ use super::group_cell::GroupCell;
 use super::produce::rebuild_dedup;
 use super::topic_config::TopicConfig;
 use super::{Engine, dead_letter};
-use crate::catalog::{Op, TopicRecord};
+use crate::catalog::{Op, TopicConfigRecord, TopicRecord};
 use crate::error::Result;
 use crate::format::record::{self, Record};
 use crate::log::segment::Segment;
@@ -131,15 +131,23 @@ impl Engine {
         Ok(log)
     }
 
-    /// Opens a topic the catalog lists, its de-duplication window rebuilt from its log.
-    pub(super) fn open_topic(&self, name: &str, now_ms: u64) -> Result<Arc<Topic>> {
+    /// Opens a topic the catalog lists, its de-duplication window rebuilt from its log;
+    /// `start` and `config` are its rows of the catalog's `topic_starts` and
+    /// `topic_configs` (0 and empty where it has none).
+    pub(super) fn open_topic(
+        &self,
+        name: &str,
+        now_ms: u64,
+        start: u64,
+        config: &TopicConfigRecord,
+    ) -> Result<Arc<Topic>> {
         debug_assert!(
             names::check(name).is_ok(),
             "{name:?}: publish trusts the map"
         );
         let mut log = self.open_log(name, now_ms)?;
         // Records deleted before this start (`delete_records_before`) stay deleted.
-        let mut start = self.catalog.topic_start(name)?;
+        let mut start = start;
         if start > log.next() {
             // The records up to it were lost to a power cut (`Sync=None` deletes up to an
             // end not yet synced): the log goes on from its end, and what it appends from
@@ -154,8 +162,7 @@ impl Engine {
             rebuild_dedup(log.reader(), &mut dedup, self.opts.dedup_window)?;
             dedup.forget_below(log.reader().earliest());
         }
-        let config = TopicConfig::from_record(&self.catalog.topic_config(name)?);
-        let t = Topic::new(name, log, dedup, config);
+        let t = Topic::new(name, log, dedup, TopicConfig::from_record(config));
         self.topics_write().insert(name.to_owned(), t.clone());
         Ok(t)
     }
