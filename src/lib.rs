@@ -18,6 +18,7 @@
 //!
 //! # Layout
 //! Dependencies point down this list, never up (`tests/layout.rs` checks it):
+//! - `blocking`: the public handles without `.await`, each call a `block_on`.
 //! - `spool`, `consumer`, `delivery`: the public handles. Each call forwards to a backend.
 //! - `backend`: the seam, one enum variant per backend (today `Embedded`).
 //! - `runtime`: the embedded backend. Its instance, consumers, deliveries and threads.

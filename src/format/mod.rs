@@ -1,5 +1,9 @@
 //! Bytes <-> structs. **Invariant:** nothing here does I/O or knows about files, topics or
 //! groups; every length read from bytes is bounded before it is used.
+//!
+//! Files, by role:
+//! - `record.rs`: the record frame (length, crc, offset, timestamp, headers, payload).
+//! - `segment.rs`: the segment header, index entries and the sealed index's footer.
 
 pub mod record;
 pub mod segment;

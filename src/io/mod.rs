@@ -7,6 +7,10 @@
 //! sync is returned, never ignored: callers poison the handle that saw it. It also leaves
 //! the file's name in its directory's `UNSYNCED_FILE`, for the next open there to rewrite
 //! the file before trusting it (`Fs::rewrite_unsynced`, see `DataFile::sync_data`).
+//!
+//! Files, by role:
+//! - `mod.rs`: the `Backend` and `FileIo` traits, the real file system, `DataFile`, the lock.
+//! - `sim.rs`: the simulated file system of the power-loss tests.
 
 pub mod sim;
 
