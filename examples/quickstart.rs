@@ -1,11 +1,12 @@
 //! The whole story on a local data directory (`./demo-data`):
 //! publish orders (one twice, de-duplicated), reopen and read them back, consume with
 //! manual ack, nack a poison order until it lands in the dead-letter topic, inspect it,
-//! replay the group from a point in time, and print the group's state.
+//! replay the group from a point in time, retry a transient failure after a delay, take
+//! back what a hung handler holds (ack deadline), and print the group's state.
 //!
 //! Run: `cargo run --release --example quickstart`
 
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use spool::{Headers, OffsetReset, Spool};
 
@@ -136,13 +137,54 @@ async fn main() -> Result<(), spool::Error> {
     );
     d.ack().await?;
 
+    delayed_retry_and_deadline(&mq).await?;
+
     let g = mq.group_info(TOPIC, GROUP)?;
     println!(
-        "\n8. Group '{GROUP}': cursor {}, log end {}, lag {}, in flight {}, dead-lettered {}.",
+        "\n9. Group '{GROUP}': cursor {}, log end {}, lag {}, in flight {}, dead-lettered {}.",
         g.cursor, g.next, g.lag, g.in_flight, g.dead_lettered
     );
     drop(consumer);
     mq.close().await?;
     println!("\nDone. The data is in {dir}; run again to start over.");
+    Ok(())
+}
+
+/// Step 8: a second group retries a transient failure after a delay, and its ack
+/// deadline takes back a delivery whose handler hung.
+async fn delayed_retry_and_deadline(mq: &Spool) -> Result<(), spool::Error> {
+    println!("\n8. Group 'billing' retries a transient failure later, and has an ack deadline.");
+    let mut billing = mq
+        .consumer(TOPIC, "billing")
+        .manual_ack()
+        .ack_deadline(Duration::from_millis(200))
+        .build()?;
+    let d = billing.recv().await?;
+    let offset = d.offset();
+    let started = Instant::now();
+    d.nack_with_delay("payment service answered 503", Duration::from_millis(300))
+        .await?;
+    println!("   offset {offset}: nacked with a delay of 300 ms (the wait survives a restart)");
+    let d = billing.recv().await?;
+    println!(
+        "   offset {} came again after {} ms, attempt {}",
+        d.offset(),
+        started.elapsed().as_millis(),
+        d.attempt()
+    );
+    // The handler hangs: it neither acks nor nacks. The deadline takes the message back.
+    let hung = d;
+    let started = Instant::now();
+    let d = billing.recv().await?;
+    println!(
+        "   the handler hung; {} ms later offset {} came again, attempt {}",
+        started.elapsed().as_millis(),
+        d.offset(),
+        d.attempt()
+    );
+    if let Err(e) = hung.ack().await {
+        println!("   the hung handler's late ack changes nothing: {e}");
+    }
+    d.ack().await?;
     Ok(())
 }

@@ -118,6 +118,21 @@ impl Spool {
             .block_on(self.inner.nack(topic, group, offset, reason))
     }
 
+    /// Nacks the group's cursor (must equal `offset`); not delivered again before `delay`.
+    pub fn nack_with_delay(
+        &self,
+        topic: &str,
+        group: &str,
+        offset: u64,
+        reason: &str,
+        delay: std::time::Duration,
+    ) -> Result<NackOutcome> {
+        self.rt.block_on(
+            self.inner
+                .nack_with_delay(topic, group, offset, reason, delay),
+        )
+    }
+
     /// Moves the group's cursor; returns the new cursor.
     pub fn reset_offset(&self, topic: &str, group: &str, to: OffsetReset) -> Result<u64> {
         self.rt.block_on(self.inner.reset_offset(topic, group, to))
@@ -196,6 +211,24 @@ impl ConsumerBuilder {
     pub fn max_in_flight(self, n: usize) -> Self {
         ConsumerBuilder {
             inner: self.inner.max_in_flight(n),
+            rt: self.rt,
+        }
+    }
+
+    /// Each delivery must be acked or nacked within `deadline` (see
+    /// [`crate::ConsumerBuilder::ack_deadline`]).
+    pub fn ack_deadline(self, deadline: std::time::Duration) -> Self {
+        ConsumerBuilder {
+            inner: self.inner.ack_deadline(deadline),
+            rt: self.rt,
+        }
+    }
+
+    /// At most one delivery per message key out (see
+    /// [`crate::ConsumerBuilder::key_ordered`]).
+    pub fn key_ordered(self) -> Self {
+        ConsumerBuilder {
+            inner: self.inner.key_ordered(),
             rt: self.rt,
         }
     }
@@ -335,8 +368,28 @@ impl Delivery {
         self.rt.block_on(self.inner.ack())
     }
 
+    /// Always 0 in embedded mode (a topic has one partition).
+    pub fn partition(&self) -> u32 {
+        self.inner.partition()
+    }
+
+    /// When the ack deadline passes, if the consumer has one.
+    pub fn deadline(&self) -> Option<std::time::Instant> {
+        self.inner.deadline()
+    }
+
+    /// Restarts the ack deadline from now (see [`crate::Delivery::extend_deadline`]).
+    pub fn extend_deadline(&self) -> Result<()> {
+        self.inner.extend_deadline()
+    }
+
     /// Records a failed attempt (durably) and redelivers, or dead-letters at the limit.
     pub fn nack(self, reason: &str) -> Result<NackOutcome> {
         self.rt.block_on(self.inner.nack(reason))
+    }
+
+    /// Like `nack`; not delivered again before `delay` has passed.
+    pub fn nack_with_delay(self, reason: &str, delay: std::time::Duration) -> Result<NackOutcome> {
+        self.rt.block_on(self.inner.nack_with_delay(reason, delay))
     }
 }

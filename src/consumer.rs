@@ -44,6 +44,38 @@ impl ConsumerBuilder {
         self
     }
 
+    /// Each delivery must be acked or nacked within `deadline` of its hand-out
+    /// (JetStream's AckWait, SQS's visibility timeout). Default: the instance's
+    /// `Ack Deadline Ms` (0: none); this wins over it, and zero turns it off.
+    ///
+    /// A delivery whose deadline passes:
+    /// - is taken back as a failed attempt (reason [`crate::consts::ACK_DEADLINE_REASON`]);
+    /// - is delivered again, to any consumer of the group, after the `Nack Backoff`;
+    /// - or is dead-lettered, at `Max Delivery Attempts`;
+    /// - no longer counts in `in_flight`, and its slot is free;
+    /// - and its late ack or nack fails with `Error::DeliveryExpired`, changing nothing.
+    ///
+    /// Auto-ack consumers have deadlines too: a handler that takes longer than the
+    /// deadline gets its message again. A handler still at work calls
+    /// [`Delivery::extend_deadline`](crate::Delivery::extend_deadline).
+    pub fn ack_deadline(mut self, deadline: Duration) -> Self {
+        self.cfg.ack_deadline = Some(deadline);
+        self
+    }
+
+    /// Key-ordered parallelism: with `max_in_flight(n > 1)`, at most one delivery per
+    /// message key is out at a time, and each key's messages come in offset order,
+    /// redeliveries and delayed ones included. Other keys flow past a key that waits.
+    ///
+    /// - The key is the `message-key` header ([`crate::consts::MESSAGE_KEY_HEADER`]).
+    /// - Messages without it are not ordered among themselves.
+    /// - The cursor stays the ack floor.
+    /// - The group uses the value of its latest `build`, as for `max_in_flight`.
+    pub fn key_ordered(mut self) -> Self {
+        self.cfg.key_ordered = true;
+        self
+    }
+
     /// Before `recv` parks its thread to wait for a record, it spins watching for one, for
     /// up to `budget` in all per call (default zero: it parks at once).
     ///

@@ -2,6 +2,7 @@
 //! the backend's delivery (`backend.rs`).
 
 use std::future::Future;
+use std::time::Duration;
 
 use bytes::Bytes;
 
@@ -76,9 +77,34 @@ impl Delivery {
         }
     }
 
+    /// The partition the message was read from: always 0 in embedded mode (a topic has
+    /// one).
+    pub fn partition(&self) -> u32 {
+        match &self.inner {
+            DeliveryBackend::Embedded(d) => d.partition(),
+        }
+    }
+
+    /// When this delivery's ack deadline passes (`None`: its consumer has none). After
+    /// it, the group takes the delivery back as a failed attempt.
+    pub fn deadline(&self) -> Option<std::time::Instant> {
+        match &self.inner {
+            DeliveryBackend::Embedded(d) => d.deadline(),
+        }
+    }
+
+    /// Restarts the ack deadline from now, for a handler still at work (JetStream's
+    /// "in progress"). Fails with `DeliveryExpired` if the deadline already passed; `Ok`
+    /// and nothing to do without a deadline.
+    pub fn extend_deadline(&self) -> Result<()> {
+        match &self.inner {
+            DeliveryBackend::Embedded(d) => d.extend_deadline(),
+        }
+    }
+
     /// Finishes the message; durable when the returned future completes (under
     /// `Sync=Always`, also against power loss). Fails with `StaleDelivery` if the group was
-    /// reset since.
+    /// reset since, `DeliveryExpired` if its ack deadline passed (both change nothing).
     ///
     /// The ack is made when `ack` is called, so the group's slot is free for the next
     /// delivery at once. The future only waits for the catalog commit; one commit serves
@@ -91,9 +117,22 @@ impl Delivery {
     }
 
     /// Records a failed attempt (durably) and redelivers, or dead-letters at the limit.
+    /// With a `Nack Backoff` it waits before it is delivered again (see
+    /// [`Delivery::nack_with_delay`]).
     pub async fn nack(self, reason: &str) -> Result<NackOutcome> {
         match self.inner {
-            DeliveryBackend::Embedded(d) => d.nack(reason).await,
+            DeliveryBackend::Embedded(d) => d.nack(reason, None).await,
+        }
+    }
+
+    /// Like [`Delivery::nack`], and the message is not delivered again before `delay` has
+    /// passed (this wins over the `Nack Backoff`; zero is a plain `nack`). The wait is
+    /// durable: a reopen inside it still waits. While it waits the group's cursor stays
+    /// at it; with `max_in_flight(1)` later messages wait too, with more they go on.
+    /// [`NackOutcome::redeliver_at`] says when it comes again.
+    pub async fn nack_with_delay(self, reason: &str, delay: Duration) -> Result<NackOutcome> {
+        match self.inner {
+            DeliveryBackend::Embedded(d) => d.nack(reason, Some(delay)).await,
         }
     }
 }

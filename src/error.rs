@@ -91,6 +91,22 @@ pub enum Error {
         offset: u64,
     },
 
+    /// An ack, nack or `extend_deadline` of a delivery whose ack deadline had passed: the
+    /// group took it back as a failed attempt (it is delivered again, or was
+    /// dead-lettered). The call changed nothing. Handle faster, call `extend_deadline`
+    /// while working, or give the consumer a longer `ack_deadline`.
+    #[error(
+        "delivery of offset {offset} (topic {topic}, group {group}) expired: its ack deadline passed, so it was taken back as a failed attempt"
+    )]
+    DeliveryExpired {
+        /// The topic.
+        topic: String,
+        /// The group.
+        group: String,
+        /// The delivery's offset.
+        offset: u64,
+    },
+
     /// The group cannot be deleted: a consumer of it is open in this instance. Drop or
     /// close its consumers first.
     #[error("group {group} of topic {topic} is in use: a consumer of it is open")]

@@ -58,7 +58,7 @@ pub use delivery::Delivery;
 pub use error::{Error, Result};
 pub use format::Headers;
 pub use format::record::Record;
-pub use options::{Mode, Options, RetentionPolicy, SyncPolicy};
+pub use options::{Mode, NackBackoff, Options, RetentionPolicy, SyncPolicy};
 pub use queue::{GroupInfo, NackOutcome, OffsetReset, PendingAttempt, TopicConfig, TopicInfo};
 pub use spool::Spool;
 
@@ -82,10 +82,11 @@ pub mod consts {
     pub use crate::names::MAX_NAME_LEN;
     pub use crate::options::{
         DEFAULT_DEAD_LETTER_SUFFIX, DEFAULT_DEDUP_WINDOW, DEFAULT_MAX_DELIVERY_ATTEMPTS,
-        DEFAULT_MAX_MESSAGE_BYTES, MAX_MESSAGE_ID_BYTES, MAX_NACK_REASON_BYTES,
+        DEFAULT_MAX_MESSAGE_BYTES, MAX_BACKOFF_STEPS, MAX_MESSAGE_ID_BYTES, MAX_NACK_REASON_BYTES,
     };
     pub use crate::queue::{
-        PANICKED_REASON, UNCLEAN_STOP_REASON, X_CONSUMER_GROUP, X_DEAD_LETTER_REASON,
-        X_DELIVERY_ATTEMPTS, X_ORIGINAL_OFFSET, X_ORIGINAL_TIMESTAMP, X_ORIGINAL_TOPIC,
+        ACK_DEADLINE_REASON, MESSAGE_KEY_HEADER, PANICKED_REASON, UNCLEAN_STOP_REASON,
+        X_CONSUMER_GROUP, X_DEAD_LETTER_REASON, X_DELIVERY_ATTEMPTS, X_ORIGINAL_OFFSET,
+        X_ORIGINAL_TIMESTAMP, X_ORIGINAL_TOPIC,
     };
 }

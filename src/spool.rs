@@ -91,6 +91,8 @@ impl Spool {
                 manual_ack: false,
                 max_in_flight: 1,
                 busy_poll: std::time::Duration::ZERO,
+                ack_deadline: None,
+                key_ordered: false,
             },
         )
     }
@@ -102,7 +104,8 @@ impl Spool {
         }
     }
 
-    /// Nacks the group's cursor (must equal `offset`).
+    /// Nacks the group's cursor (must equal `offset`). It waits the `Nack Backoff`
+    /// before it is delivered again (at once by default).
     pub async fn nack(
         &self,
         topic: &str,
@@ -111,7 +114,22 @@ impl Spool {
         reason: &str,
     ) -> Result<NackOutcome> {
         match &self.backend {
-            Backend::Embedded(e) => e.nack(topic, group, offset, reason).await,
+            Backend::Embedded(e) => e.nack(topic, group, offset, reason, None).await,
+        }
+    }
+
+    /// Nacks the group's cursor (must equal `offset`); it is not delivered again before
+    /// `delay` has passed, also across a reopen. A zero `delay` is a plain [`Spool::nack`].
+    pub async fn nack_with_delay(
+        &self,
+        topic: &str,
+        group: &str,
+        offset: u64,
+        reason: &str,
+        delay: std::time::Duration,
+    ) -> Result<NackOutcome> {
+        match &self.backend {
+            Backend::Embedded(e) => e.nack(topic, group, offset, reason, Some(delay)).await,
         }
     }
 

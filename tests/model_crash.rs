@@ -2,7 +2,9 @@
 //! dead-letter), reset in all four modes, retention, clean close/reopen and simulated power
 //! cuts — follow an in-memory reference model of API.md's rules, on the simulated disk.
 //! Issue 27 point 4 adds deleting the group and deleting records before an offset: both
-//! durable once they returned, so a power cut after them keeps them.
+//! durable once they returned, so a power cut after them keeps them. Issue 27 point 1
+//! adds a nack with a delay longer than the run: the message waits (and, with one in
+//! flight, everything after it) through reopens and power cuts.
 //!
 //! Under `Sync=Always` every call that returned is durable, so after a power cut the
 //! state is the model's, with one documented exception: the delivery that was out at the
@@ -38,6 +40,8 @@ enum Op {
     Recv,
     Ack,
     Nack,
+    /// `nack_with_delay` of an hour: parked for the rest of the run.
+    NackParked,
     Reset(Reset),
     Retention,
     Reopen,
@@ -53,6 +57,7 @@ fn op() -> impl Strategy<Value = Op> {
         5 => Just(Op::Recv),
         3 => Just(Op::Ack),
         3 => Just(Op::Nack),
+        1 => Just(Op::NackParked),
         1 => prop_oneof![
             Just(Reset::Earliest),
             Just(Reset::Latest),
@@ -93,10 +98,15 @@ struct Model {
     dead_lettered: u64,
     skipped: u64,
     dlq: Vec<u64>,
+    /// The cursor's message, nacked with a delay longer than the run.
+    parked: Option<u64>,
 }
 
 impl Model {
     fn clamp(&mut self) {
+        if self.parked.is_some_and(|o| o < self.earliest) {
+            self.parked = None;
+        }
         if self.cursor < self.earliest {
             self.skipped += self.earliest - self.cursor;
             self.cursor = self.earliest;
@@ -195,8 +205,10 @@ impl Harness {
             }
             Op::Recv => {
                 self.m.clamp();
-                let want =
-                    (self.m.out.is_none() && self.m.cursor < self.m.next).then_some(self.m.cursor);
+                let want = (self.m.out.is_none()
+                    && self.m.cursor < self.m.next
+                    && self.m.parked != Some(self.m.cursor))
+                .then_some(self.m.cursor);
                 let got = self
                     .c
                     .recv_timeout(Duration::from_millis(1))
@@ -231,10 +243,15 @@ impl Harness {
                     assert!(matches!(r, Err(Error::StaleDelivery { .. })), "{r:?}");
                 }
             }
-            Op::Nack => {
+            Op::Nack | Op::NackParked => {
                 let Some(d) = self.held.take() else { return };
                 let o = d.offset();
-                let r = d.nack("model says no").await;
+                let parked = matches!(op, Op::NackParked);
+                let r = if parked {
+                    d.nack_with_delay("later", Duration::from_secs(3600)).await
+                } else {
+                    d.nack("model says no").await
+                };
                 if self.m.out == Some(o) {
                     let r = r.expect("nack");
                     self.m.out = None;
@@ -244,6 +261,9 @@ impl Harness {
                         want,
                         "nack outcome of {o}"
                     );
+                    if parked && !want.1 {
+                        self.m.parked = Some(o);
+                    }
                 } else {
                     assert!(matches!(r, Err(Error::StaleDelivery { .. })), "{r:?}");
                 }
@@ -275,6 +295,7 @@ impl Harness {
                 assert_eq!(at, want, "{to:?}");
                 self.m.cursor = want;
                 self.m.out = None;
+                self.m.parked = None;
                 self.m.attempts.clear();
             }
             Op::Retention => {
@@ -301,6 +322,7 @@ impl Harness {
                 self.mq.delete_group(TOPIC, GROUP).await.expect("delete");
                 self.m.cursor = self.m.earliest;
                 self.m.out = None;
+                self.m.parked = None;
                 self.m.attempts.clear();
                 self.m.dead_lettered = 0;
                 self.m.skipped = 0;

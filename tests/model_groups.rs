@@ -7,6 +7,16 @@
 //! fences older deliveries. Issue 27 point 4 adds group deletion (the group starts over
 //! at the earliest offset; its deliveries are fenced) and record deletion (the earliest
 //! offset moves up; the group skips what it had not finished, counted in `skipped`).
+//! Issue 27 point 1 adds nacks with a delay longer than any run ("parked"): a parked
+//! offset is not delivered, also across reopens; with `max_in_flight(1)` nothing after
+//! it is either, with more the group goes on; the cursor stays at it. Ack deadlines: a
+//! third consumer of the group has a short one, and before each step the harness lets
+//! every deadline of its deliveries pass (and has the group look, with `group_info`):
+//! each such delivery is a failed attempt with the deadline's reason (dead-lettered at
+//! the limit), and its late ack or nack fails with `DeliveryExpired`. Key order: in half
+//! the runs the records carry one of two keys (or none) and the consumers are
+//! `key_ordered()`: a record is delivered only once every earlier record of its key is
+//! finished.
 
 mod common_groups;
 
@@ -15,7 +25,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common_groups::{WAIT, all_records, open, payload_of, publish_n};
 use proptest::prelude::*;
-use spool::consts::X_ORIGINAL_OFFSET;
+use spool::consts::{ACK_DEADLINE_REASON, MESSAGE_KEY_HEADER, X_ORIGINAL_OFFSET};
 use spool::{Consumer, Delivery, Error, OffsetReset, Spool};
 
 const TOPIC: &str = "model.events";
@@ -40,6 +50,11 @@ enum Op {
     /// Index into the held deliveries (mod their number).
     Ack(usize),
     Nack(usize),
+    /// `nack_with_delay` of an hour: parked for the rest of the run.
+    NackParked(usize),
+    /// `recv_timeout` on the group's third consumer, whose ack deadline is short: the
+    /// delivery expires before the next step.
+    RecvDeadline,
     Release(usize),
     /// Low-level ack/nack of the cursor (`true`) or of the offset after it (`false`).
     LowAck(bool),
@@ -74,6 +89,8 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         6 => Just(Op::Recv),
         4 => any::<usize>().prop_map(Op::Ack),
         4 => any::<usize>().prop_map(Op::Nack),
+        1 => any::<usize>().prop_map(Op::NackParked),
+        2 => Just(Op::RecvDeadline),
         2 => any::<usize>().prop_map(Op::Release),
         1 => any::<bool>().prop_map(Op::LowAck),
         1 => any::<bool>().prop_map(Op::LowNack),
@@ -109,6 +126,15 @@ struct Model {
     earliest: u64,
     /// Records deleted before the group finished them.
     skipped: u64,
+    /// Nacked with a delay longer than the run: not delivered again.
+    parked: BTreeSet<u64>,
+    /// Whether records carry keys and the consumers are key-ordered.
+    keyed: bool,
+}
+
+/// The key the harness gives the record at `offset` in a keyed run (`None`: no header).
+fn key_of(offset: u64) -> Option<&'static str> {
+    [Some("a"), Some("b"), None, Some("a")][(offset % 4) as usize]
 }
 
 impl Model {
@@ -121,7 +147,28 @@ impl Model {
         if self.out.len() >= self.max_in_flight {
             return None;
         }
-        (self.cursor..self.log_end()).find(|o| !self.done.contains(o) && !self.out.contains(o))
+        let strict = self.max_in_flight == 1;
+        for o in self.cursor..self.log_end() {
+            if self.done.contains(&o) || self.out.contains(&o) {
+                continue;
+            }
+            if !self.parked.contains(&o) && self.key_is_free(o) {
+                return Some(o);
+            }
+            if strict {
+                // Strict order: nothing passes a waiting message.
+                return None;
+            }
+        }
+        None
+    }
+
+    /// In a keyed run: every earlier record of `o`'s key is finished.
+    fn key_is_free(&self, o: u64) -> bool {
+        let Some(k) = key_of(o).filter(|_| self.keyed) else {
+            return true;
+        };
+        (self.cursor..o).all(|p| key_of(p) != Some(k) || self.done.contains(&p))
     }
 
     fn attempt(&self, o: u64) -> u32 {
@@ -130,6 +177,7 @@ impl Model {
 
     fn finish(&mut self, o: u64) {
         self.attempts.remove(&o);
+        self.parked.remove(&o);
         self.done.insert(o);
         while self.done.remove(&self.cursor) {
             self.cursor += 1;
@@ -162,6 +210,7 @@ impl Model {
         self.out.retain(|&o| o >= earliest);
         self.done.retain(|&o| o >= earliest);
         self.attempts.retain(|&o, _| o >= earliest);
+        self.parked.retain(|&o| o >= earliest);
         if self.auto_prev.is_some_and(|o| o < earliest) {
             self.auto_prev = None;
         }
@@ -183,6 +232,7 @@ impl Model {
         self.done.clear();
         self.out.clear();
         self.attempts.clear();
+        self.parked.clear();
     }
 
     fn first_at_or_after(&self, t_ms: u64) -> u64 {
@@ -197,7 +247,12 @@ struct Held {
     d: Delivery,
     /// False once a reset or a low-level call finished or fenced it.
     live: bool,
+    /// Its ack deadline passed: the group took it back.
+    expired: bool,
 }
+
+/// The deadline of the third consumer's deliveries.
+const DEADLINE: Duration = Duration::from_millis(5);
 
 struct Harness {
     dir: tempfile::TempDir,
@@ -205,6 +260,8 @@ struct Harness {
     mq: Spool,
     c: Consumer,
     auto: Consumer,
+    /// A manual-ack consumer with a short ack deadline.
+    dl: Consumer,
     held: Vec<Held>,
     m: Model,
     reasons: u64,
@@ -219,20 +276,110 @@ fn ms(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH).unwrap().as_millis() as u64
 }
 
+/// The group's consumers: manual, auto-ack, manual with a deadline (all key-ordered in a
+/// keyed run: the group keeps its latest build's setting).
+fn consumers(mq: &Spool, m: &Model) -> (Consumer, Consumer, Consumer) {
+    let b = || {
+        let b = mq.consumer(TOPIC, GROUP).max_in_flight(m.max_in_flight);
+        if m.keyed { b.key_ordered() } else { b }
+    };
+    let c = b().manual_ack().build().unwrap();
+    let auto = b().build().unwrap();
+    let dl = b().manual_ack().ack_deadline(DEADLINE).build().unwrap();
+    (c, auto, dl)
+}
+
 impl Harness {
-    fn consumer(mq: &Spool, max_in_flight: usize) -> Consumer {
-        mq.consumer(TOPIC, GROUP)
-            .manual_ack()
-            .max_in_flight(max_in_flight)
-            .build()
-            .unwrap()
+    fn rebuild_consumers(&mut self) {
+        (self.c, self.auto, self.dl) = consumers(&self.mq, &self.m);
     }
 
-    fn auto_consumer(mq: &Spool, max_in_flight: usize) -> Consumer {
-        mq.consumer(TOPIC, GROUP)
-            .max_in_flight(max_in_flight)
-            .build()
-            .unwrap()
+    /// Lets every deadline of a live delivery pass and has the group look (`group_info`):
+    /// each is taken back as a failed attempt, in offset order.
+    async fn let_deadlines_pass(&mut self) {
+        let due: Vec<std::time::Instant> = self
+            .held
+            .iter()
+            .filter(|h| h.live)
+            .filter_map(|h| h.d.deadline())
+            .collect();
+        let Some(last) = due.into_iter().max() else {
+            return;
+        };
+        tokio::time::sleep_until(last.into()).await;
+        self.mq.group_info(TOPIC, GROUP).unwrap();
+        let mut expired: Vec<u64> = Vec::new();
+        for h in &mut self.held {
+            if h.live && h.d.deadline().is_some() {
+                h.live = false;
+                h.expired = true;
+                expired.push(h.d.offset());
+            }
+        }
+        expired.sort_unstable();
+        for o in expired {
+            self.m.out.remove(&o);
+            self.m.nack(o, ACK_DEADLINE_REASON);
+        }
+    }
+
+    /// The error a late ack or nack of offset `o` must get.
+    fn assert_refused(o: u64, expired: bool, r: &Result<impl std::fmt::Debug, Error>) {
+        let ok = if expired {
+            matches!(r, Err(Error::DeliveryExpired { offset, .. }) if *offset == o)
+        } else {
+            matches!(r, Err(Error::StaleDelivery { offset }) if *offset == o)
+        };
+        assert!(ok, "offset {o} (expired: {expired}): {r:?}");
+    }
+
+    /// Publishes `n` records (with their keys in a keyed run).
+    async fn publish(&mut self, n: u64) {
+        if !self.m.keyed {
+            publish_n(&self.mq, TOPIC, n).await;
+            return;
+        }
+        for _ in 0..n {
+            let o = self.mq.topic_info(TOPIC).unwrap().next;
+            let h: spool::Headers = key_of(o)
+                .map(|k| (MESSAGE_KEY_HEADER.to_owned(), k.to_owned()))
+                .into_iter()
+                .collect();
+            let got = self.mq.publish(TOPIC, payload_of(o), &h).await.unwrap();
+            assert_eq!(got, o);
+        }
+    }
+
+    /// Takes the next delivery from `which` consumer (the manual one or the one with a
+    /// deadline) if the model says one is available, else checks there is none.
+    async fn recv_from(&mut self, deadline: bool) {
+        let c = if deadline { &mut self.dl } else { &mut self.c };
+        match self.m.next() {
+            Some(o) => {
+                let d = tokio::time::timeout(WAIT, c.recv())
+                    .await
+                    .expect("the model says a delivery is available")
+                    .unwrap();
+                assert_eq!(d.offset(), o, "delivery order");
+                assert_eq!(d.attempt(), self.m.attempt(o), "attempt of {o}");
+                assert_eq!(&d.payload()[..], &payload_of(o)[..]);
+                assert_eq!(d.deadline().is_some(), deadline);
+                self.m.out.insert(o);
+                self.held.push(Held {
+                    d,
+                    live: true,
+                    expired: false,
+                });
+            }
+            None => {
+                let d = c.recv_timeout(Duration::from_millis(1)).await.unwrap();
+                assert!(
+                    d.is_none(),
+                    "the model says nothing is available, got {:?}",
+                    d.map(|d| d.offset())
+                );
+            }
+        }
     }
 
     /// The model's side of an auto-ack: the previous delivery, if still live, is finished.
@@ -273,33 +420,14 @@ impl Harness {
         match op {
             Op::Publish(n) => {
                 let from = self.m.log_end();
-                publish_n(&self.mq, TOPIC, *n).await;
+                self.publish(*n).await;
                 for r in self.mq.fetch(TOPIC, from, usize::MAX).await.unwrap() {
                     assert_eq!(r.offset(), self.m.log_end());
                     self.m.ts.push(ms(r.timestamp()));
                 }
             }
-            Op::Recv => match self.m.next() {
-                Some(o) => {
-                    let d = tokio::time::timeout(WAIT, self.c.recv())
-                        .await
-                        .expect("the model says a delivery is available")
-                        .unwrap();
-                    assert_eq!(d.offset(), o, "delivery order");
-                    assert_eq!(d.attempt(), self.m.attempt(o), "attempt of {o}");
-                    assert_eq!(&d.payload()[..], &payload_of(o)[..]);
-                    self.m.out.insert(o);
-                    self.held.push(Held { d, live: true });
-                }
-                None => {
-                    let d = self.c.recv_timeout(Duration::from_millis(1)).await.unwrap();
-                    assert!(
-                        d.is_none(),
-                        "the model says nothing is available, got {:?}",
-                        d.map(|d| d.offset())
-                    );
-                }
-            },
+            Op::Recv => self.recv_from(false).await,
+            Op::RecvDeadline => self.recv_from(true).await,
             Op::Ack(i) => {
                 let Some(h) = self.take(*i) else { return };
                 let o = h.d.offset();
@@ -309,17 +437,20 @@ impl Harness {
                     self.m.out.remove(&o);
                     self.m.finish(o);
                 } else {
-                    assert!(
-                        matches!(r, Err(Error::StaleDelivery { offset }) if offset == o),
-                        "{r:?}"
-                    );
+                    Harness::assert_refused(o, h.expired, &r);
                 }
             }
-            Op::Nack(i) => {
+            Op::Nack(i) | Op::NackParked(i) => {
                 let Some(h) = self.take(*i) else { return };
                 let o = h.d.offset();
                 let reason = self.reason();
-                let r = h.d.nack(&reason).await;
+                let parked = matches!(op, Op::NackParked(_));
+                let r = if parked {
+                    h.d.nack_with_delay(&reason, Duration::from_secs(3600))
+                        .await
+                } else {
+                    h.d.nack(&reason).await
+                };
                 if h.live {
                     let r = r.unwrap();
                     self.m.out.remove(&o);
@@ -329,11 +460,12 @@ impl Harness {
                         (a, dl, next),
                         "nack outcome of {o}"
                     );
+                    assert_eq!(r.redeliver_at.is_some(), parked && !dl);
+                    if parked && !dl {
+                        self.m.parked.insert(o);
+                    }
                 } else {
-                    assert!(
-                        matches!(r, Err(Error::StaleDelivery { offset }) if offset == o),
-                        "{r:?}"
-                    );
+                    Harness::assert_refused(o, h.expired, &r);
                 }
             }
             Op::Release(i) => {
@@ -363,6 +495,8 @@ impl Harness {
                 } else {
                     let r = r.unwrap();
                     self.fence(o);
+                    // Addressed to the cursor: a parked one is taken out of its wait.
+                    self.m.parked.remove(&o);
                     if is_ack {
                         self.m.finish(o);
                     } else {
@@ -416,8 +550,7 @@ impl Harness {
                 self.m.out.clear();
                 self.m.auto_prev = None;
                 self.mq = open(self.dir.path(), &self.conn);
-                self.c = Harness::consumer(&self.mq, self.m.max_in_flight);
-                self.auto = Harness::auto_consumer(&self.mq, self.m.max_in_flight);
+                self.rebuild_consumers();
             }
             Op::AutoRecv => {
                 self.auto_ack_previous();
@@ -442,7 +575,7 @@ impl Harness {
                 }
             }
             Op::AutoClose => {
-                let fresh = Harness::auto_consumer(&self.mq, self.m.max_in_flight);
+                let fresh = consumers(&self.mq, &self.m).1;
                 let old = std::mem::replace(&mut self.auto, fresh);
                 old.close().await.unwrap();
                 self.auto_ack_previous();
@@ -463,10 +596,10 @@ impl Harness {
         }
     }
 
-    /// Both consumers go (the auto-ack one acks its previous delivery), the group is
-    /// deleted, and both are built again on the group made anew.
+    /// The consumers go (the auto-ack one acks its previous delivery), the group is
+    /// deleted, and they are built again on the group made anew.
     async fn delete_group(&mut self) {
-        let placeholder = Harness::auto_consumer(&self.mq, self.m.max_in_flight);
+        let placeholder = consumers(&self.mq, &self.m).1;
         let old_auto = std::mem::replace(&mut self.auto, placeholder);
         drop(old_auto);
         self.auto_ack_previous();
@@ -480,14 +613,14 @@ impl Harness {
         drop(std::mem::replace(&mut self.auto, other));
         let old_c = std::mem::replace(&mut self.c, mq_placeholder(&self.mq));
         drop(old_c);
+        drop(std::mem::replace(&mut self.dl, mq_placeholder(&self.mq)));
         // The placeholders are consumers of another group: this one has none open now.
         self.mq.delete_group(TOPIC, GROUP).await.unwrap();
         self.m.start_over();
         for h in &mut self.held {
             h.live = false;
         }
-        self.c = Harness::consumer(&self.mq, self.m.max_in_flight);
-        self.auto = Harness::auto_consumer(&self.mq, self.m.max_in_flight);
+        self.rebuild_consumers();
     }
 
     async fn check(&self, after: &Op) {
@@ -522,28 +655,32 @@ impl Harness {
     }
 }
 
-async fn run(max_in_flight: usize, max_attempts: u32, ops: Vec<Op>) {
+async fn run(max_in_flight: usize, max_attempts: u32, keyed: bool, ops: Vec<Op>) {
     let dir = tempfile::tempdir().unwrap();
     let conn = format!("Max Delivery Attempts={max_attempts}");
     let mq = open(dir.path(), &conn);
-    let c = Harness::consumer(&mq, max_in_flight);
-    let auto = Harness::auto_consumer(&mq, max_in_flight);
+    let m = Model {
+        max_in_flight,
+        max_attempts,
+        keyed,
+        ..Model::default()
+    };
+    let (c, auto, dl) = consumers(&mq, &m);
     let mut h = Harness {
         dir,
         conn,
         mq,
         c,
         auto,
+        dl,
         held: Vec::new(),
-        m: Model {
-            max_in_flight,
-            max_attempts,
-            ..Model::default()
-        },
+        m,
         reasons: 0,
     };
     for op in &ops {
         h.step(op).await;
+        // The deadlines of this step's deliveries pass before anything else happens.
+        h.let_deadlines_pass().await;
         h.check(op).await;
     }
     h.check_dead_letters().await;
@@ -551,12 +688,19 @@ async fn run(max_in_flight: usize, max_attempts: u32, ops: Vec<Op>) {
     h.step(&Op::Reopen).await;
     h.check(&Op::Reopen).await;
     h.check_dead_letters().await;
-    // Draining the group from here delivers exactly what the model has left.
+    // Draining the group from here delivers exactly what the model has left (a parked
+    // message is acked at the cursor, low-level, once nothing else is available).
     let mut rest = Vec::new();
-    while let Some(o) = h.m.next() {
-        h.step(&Op::Recv).await;
-        h.step(&Op::Ack(h.held.len() - 1)).await;
-        rest.push(o);
+    loop {
+        if let Some(o) = h.m.next() {
+            h.step(&Op::Recv).await;
+            h.step(&Op::Ack(h.held.len() - 1)).await;
+            rest.push(o);
+        } else if h.m.parked.contains(&h.m.cursor) {
+            h.step(&Op::LowAck(true)).await;
+        } else {
+            break;
+        }
     }
     h.step(&Op::Recv).await; // nothing more
     assert_eq!(h.m.cursor, h.m.log_end(), "drained: {rest:?}");
@@ -578,12 +722,13 @@ proptest! {
     fn one_group_follows_the_reference_model(
         max_in_flight in 1usize..=3,
         max_attempts in prop_oneof![Just(0u32), Just(2), Just(3)],
+        keyed in any::<bool>(),
         ops in proptest::collection::vec(op_strategy(), 1..60),
     ) {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .unwrap();
-        rt.block_on(run(max_in_flight, max_attempts, ops));
+        rt.block_on(run(max_in_flight, max_attempts, keyed, ops));
     }
 }

@@ -96,6 +96,29 @@ pub struct GroupRecord {
 pub struct AttemptRecord {
     pub attempts: u32,
     pub last_reason: String,
+    /// Not delivered again before this wall-clock time (ms since the Unix epoch; 0: at
+    /// once). Written by a nack with a delay or a `Nack Backoff`.
+    pub not_before_ms: u64,
+}
+
+/// An attempt row as written before delays existed (postcard is not self-describing: a
+/// row without the trailing field fails to decode as [`AttemptRecord`]).
+#[derive(Deserialize)]
+struct AttemptRecordV1 {
+    attempts: u32,
+    last_reason: String,
+}
+
+/// Decodes an attempt row of either format.
+fn dec_attempt(path: &Path, b: &[u8]) -> Result<AttemptRecord> {
+    dec(path, b).or_else(|e| {
+        let old: AttemptRecordV1 = dec(path, b).map_err(|_| e)?;
+        Ok(AttemptRecord {
+            attempts: old.attempts,
+            last_reason: old.last_reason,
+            not_before_ms: 0,
+        })
+    })
 }
 
 /// Written before a dead-letter copy is appended: the copy, if it exists, is at or after
@@ -348,7 +371,7 @@ impl Catalog {
             .map_err(|e| cat_err("reading", e))?
         {
             let (k, v) = row.map_err(|e| cat_err("reading", e))?;
-            out.insert(k.value().2, dec(&self.path, v.value())?);
+            out.insert(k.value().2, dec_attempt(&self.path, v.value())?);
         }
         Ok(out)
     }

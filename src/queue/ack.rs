@@ -7,6 +7,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use super::deadline::wall_ms;
 use super::engine::lock;
 use super::group::Group;
 use super::group_cell::{GroupCell, group_ops};
@@ -18,7 +19,7 @@ use crate::error::{Error, Result};
 pub(super) fn finish_held(g: &mut Group, ticket: Ticket) -> bool {
     let held = g.holds(ticket.offset, ticket.epoch, ticket.token);
     if held {
-        g.in_flight.remove(&ticket.offset);
+        g.take_out(ticket.offset);
         g.finish(ticket.offset);
     }
     held
@@ -94,6 +95,15 @@ impl Engine {
         durable: bool,
     ) -> Result<Option<u64>> {
         let offset = ticket.offset;
+        if !g.deadlines.is_empty() {
+            // An expired delivery finishes nothing; an auto-ack of one is ignored, as a
+            // stale one is.
+            match self.refuse_expired(r, g, ticket, wall_ms()) {
+                Err(e) if durable => return Err(e),
+                Err(_) => return Ok(None),
+                Ok(()) => {}
+            }
+        }
         if !finish_held(g, ticket) {
             return if durable {
                 Err(Error::StaleDelivery { offset })
@@ -122,12 +132,16 @@ impl Engine {
         Ok(None)
     }
 
-    /// Puts an unfinished delivery back for redelivery without counting an attempt.
+    /// Puts an unfinished delivery back for redelivery without counting an attempt (one
+    /// whose deadline passed counts as the failed attempt it is).
     pub fn release_delivery(&self, r: &GroupRef, ticket: Ticket) {
         let mut g = r.group.lock();
+        if self.refuse_expired(r, &mut g, ticket, wall_ms()).is_err() {
+            return;
+        }
         if g.holds(ticket.offset, ticket.epoch, ticket.token) {
-            g.in_flight.remove(&ticket.offset);
-            g.redeliver.insert(ticket.offset);
+            g.take_out(ticket.offset);
+            g.wait_again(ticket.offset, 0);
             g.dirty = true;
             g.check();
         }

@@ -3,9 +3,12 @@
 //! **Invariant:** only the cursor itself is acked or nacked, and a refused call creates
 //! neither the topic nor the group.
 
+use std::time::Duration;
+
 use super::engine::lock;
 use super::group::Group;
 use super::group_cell::group_ops;
+use super::nack::Failure;
 use super::{Engine, NackOutcome, Topic};
 use crate::error::{Error, Result};
 use crate::names;
@@ -20,17 +23,19 @@ impl Engine {
         })
     }
 
-    /// Low-level nack of the group's cursor.
+    /// Low-level nack of the group's cursor (`delay`: see [`Engine::nack_delivery`]).
     pub fn nack_cursor(
         &self,
         topic: &str,
         group: &str,
         offset: u64,
         reason: &str,
+        delay: Option<Duration>,
         now_ms: u64,
     ) -> Result<NackOutcome> {
         self.at_cursor(topic, group, offset, |t, g| {
-            self.nack_taken(t, group, g, offset, reason, now_ms)
+            let failure = Failure { reason, delay };
+            self.nack_taken(t, group, g, offset, failure, now_ms)
         })
     }
 

@@ -313,7 +313,7 @@ mod tests {
         let h = Headers::new();
         e.publish(&long, &[(&body[..], &h)], 1).expect("publish");
         for n in 1..=5 {
-            let out = e.nack_cursor(&long, "g", 0, "bad", 1).expect("nack");
+            let out = e.nack_cursor(&long, "g", 0, "bad", None, 1).expect("nack");
             assert_eq!(out.delivery_attempt, n);
         }
         let crashed = fs.process_crash_now();

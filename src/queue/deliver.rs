@@ -8,9 +8,13 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use std::time::{Duration, Instant};
+
 use super::ack::{GroupSnapshotter, finish_held};
+use super::deadline::wall_ms;
 use super::group::{Group, Lease};
 use super::group_cell::{GroupCell, OpenConsumer, group_ops};
+use super::key_order::{KeyOrder, key_of};
 use super::{Engine, Topic};
 use crate::catalog::{Op, Snapshotter};
 use crate::error::Result;
@@ -28,6 +32,8 @@ pub struct Handout {
     pub attempt: u32,
     pub epoch: u64,
     pub token: u64,
+    /// When the delivery's ack deadline passes, if its consumer has one.
+    pub deadline: Option<Instant>,
     /// The records after `record` lent to the consumer, if it asked (see `group::Lent`).
     pub lent: Option<LentRecords>,
 }
@@ -61,6 +67,17 @@ pub struct Ticket {
     pub token: u64,
 }
 
+/// How one consumer takes deliveries of its group (`ConsumerBuilder`'s settings).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Handling {
+    /// Deliveries the group may have out at once (the latest consumer's value applies).
+    pub max_in_flight: usize,
+    /// Each of this consumer's deliveries is taken back this long after its hand-out.
+    pub ack_deadline: Option<Duration>,
+    /// At most one delivery per `message-key` out (the latest consumer's value applies).
+    pub key_ordered: bool,
+}
+
 /// A consumer's resolved handle on its group.
 #[derive(Clone, Debug)]
 pub struct GroupRef {
@@ -68,6 +85,8 @@ pub struct GroupRef {
     pub(super) group: Arc<GroupCell>,
     pub(super) name: Arc<str>,
     pub(super) snapshotter: Arc<dyn Snapshotter>,
+    /// This consumer's ack deadline, if it has one.
+    pub(super) ack_deadline: Option<Duration>,
 }
 
 impl GroupRef {
@@ -76,6 +95,10 @@ impl GroupRef {
     }
     pub fn group(&self) -> &str {
         &self.name
+    }
+    /// This consumer's ack deadline, if it has one.
+    pub fn ack_deadline(&self) -> Option<Duration> {
+        self.ack_deadline
     }
 }
 
@@ -90,9 +113,11 @@ impl Engine {
         max_in_flight: usize,
         now_ms: u64,
     ) -> Result<GroupRef> {
-        Ok(self
-            .open_consumer(topic, group, max_in_flight, now_ms, false)?
-            .0)
+        let how = Handling {
+            max_in_flight,
+            ..Handling::default()
+        };
+        Ok(self.open_consumer(topic, group, how, now_ms, false)?.0)
     }
 
     /// `register_consumer` for a consumer that stays open: with `counted`, the returned
@@ -101,7 +126,7 @@ impl Engine {
         &self,
         topic: &str,
         group: &str,
-        max_in_flight: usize,
+        how: Handling,
         now_ms: u64,
         counted: bool,
     ) -> Result<(GroupRef, Option<OpenConsumer>)> {
@@ -112,7 +137,13 @@ impl Engine {
         }
         let t = self.topic_or_create(topic, now_ms)?;
         let (g, open) = self.group_opened(&t, group, counted)?;
-        g.lock().max_in_flight = max_in_flight.max(1);
+        {
+            let mut g = g.lock();
+            g.max_in_flight = how.max_in_flight.max(1);
+            if how.key_ordered != g.keys.is_some() {
+                g.keys = how.key_ordered.then(KeyOrder::default);
+            }
+        }
         let name: Arc<str> = Arc::from(group);
         let r = GroupRef {
             snapshotter: Arc::new(GroupSnapshotter::new(
@@ -123,6 +154,7 @@ impl Engine {
             topic: t,
             group: g,
             name,
+            ack_deadline: how.ack_deadline.filter(|d| !d.is_zero()),
         };
         Ok((r, open))
     }
@@ -137,6 +169,10 @@ impl Engine {
         lend: bool,
     ) -> Result<Option<Handout>> {
         let mut g = r.group.lock();
+        if !g.deadlines.is_empty() {
+            // What expired first: its auto-ack (below) then finds it no longer held.
+            self.expire_due(&r.topic, &r.name, &mut g, Instant::now(), wall_ms())?;
+        }
         // A careful auto-ack (after an unclean stop) is committed, so that a crash does
         // not blame a record already finished; the next careful hand-out's commit carries
         // it, so careful mode costs one commit per record, not two.
@@ -165,6 +201,9 @@ impl Engine {
         if !g.charged_out.is_empty() {
             self.dead_letter_charged_out(t, &r.name, g)?;
         }
+        if g.keys.as_ref().is_some_and(|k| !k.complete()) {
+            self.know_keys(t, g)?;
+        }
         let Some((offset, fresh, record, log_next)) = self.read_next(t, &r.name, g)? else {
             return Ok(None);
         };
@@ -178,6 +217,8 @@ impl Engine {
         }
         if lend
             && fresh
+            && r.ack_deadline.is_none()
+            && g.keys.is_none()
             && !careful
             && g.redeliver.is_empty()
             && let Some((token, lent)) = lend_read_ahead(g, offset, log_next)
@@ -187,18 +228,49 @@ impl Engine {
                 attempt: 1,
                 epoch: g.epoch,
                 token,
+                deadline: None,
                 lent: Some(lent),
             }));
         }
         let token = g.hand_out(offset);
+        if let Some(keys) = g.keys.as_mut().filter(|_| fresh) {
+            keys.add(offset, key_of(&record.headers));
+        }
+        let deadline = r.ack_deadline.map(|d| Instant::now() + d);
+        if let Some(at) = deadline {
+            g.deadlines.insert(offset, at);
+        }
         let attempt = g.attempt_of(offset);
         Ok(Some(Handout {
             record,
             attempt,
             epoch: g.epoch,
             token,
+            deadline,
             lent: None,
         }))
+    }
+
+    /// Reads the keys of everything a key-ordered group has out or waiting (after an
+    /// open, a reset, a clamp: see `KeyOrder::complete`). At most the span the floor may
+    /// trail by, one record each; a record retention deleted has no key.
+    fn know_keys(&self, t: &Topic, g: &mut Group) -> Result<()> {
+        let offsets: Vec<u64> = g
+            .in_flight
+            .keys()
+            .chain(g.redeliver.iter())
+            .copied()
+            .collect();
+        let mut keys = Vec::with_capacity(offsets.len());
+        for o in offsets {
+            let rec = t.reader.read(o, 1, 1)?.pop().filter(|r| r.offset == o);
+            keys.push((o, rec.and_then(|r| key_of(&r.headers))));
+        }
+        if let Some(k) = &mut g.keys {
+            k.rebuild(keys);
+        }
+        g.check();
+        Ok(())
     }
 
     /// The group's next offset and its record, if one is available now: its offset,
@@ -212,7 +284,7 @@ impl Engine {
         loop {
             self.clamp(t, group, g);
             let log_next = t.reader.next();
-            let Some(offset) = g.next_offset(log_next) else {
+            let Some(offset) = g.next_offset(log_next, wall_ms) else {
                 return Ok(None);
             };
             let fresh = !g.redeliver.contains(&offset);
@@ -229,6 +301,15 @@ impl Engine {
                 g.prefetch.pop_front()
             };
             if let Some(record) = record.filter(|r| r.offset == offset) {
+                if fresh && let Some(keys) = &g.keys {
+                    let key = key_of(&record.headers);
+                    if keys.holds_back(key.as_ref()) {
+                        // Its key has an earlier record out or waiting: this one waits
+                        // behind it, and the next fresh record may go.
+                        g.hold_back(offset, key);
+                        continue;
+                    }
+                }
                 return Ok(Some((offset, fresh, record, log_next)));
             }
             g.prefetch.clear();
@@ -507,7 +588,7 @@ mod tests {
         publish_records(&e, 3000);
         let r = e.register_consumer("t", "g", 1, 1).expect("consumer");
         let first = hand_out(&e, &r, None);
-        e.nack_delivery(&r, first, "once", 1).expect("nack");
+        e.nack_delivery(&r, first, "once", None, 1).expect("nack");
         // Redelivered, then auto-acked by the next hand-out; on past half the lease.
         let mut previous = None;
         for o in 0..2500 {

@@ -8,9 +8,10 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use super::Topic;
+use super::deadline::wall_ms;
 use super::group::Group;
 use super::group_cell::{GroupCell, group_ops};
-use super::unclean::{charge_unclean_stop, queue_charged_to_limit};
+use super::unclean::{charge_unclean_stop, queue_charged_to_limit, restore_delays};
 use crate::catalog::{Catalog, Op, TopicRecord};
 use crate::error::{Error, Result};
 use crate::io::{DirLock, Fs};
@@ -142,15 +143,25 @@ impl Engine {
                     "the log lost records the group had seen (power cut under Sync=None); the group resumes at the log's end");
             }
             if !clean {
-                ops.extend(charge_unclean_stop(&topic, &group, &rec, &mut g, next));
+                let now_ms = wall_ms();
+                let not_before = |n| self.not_before_ms(n, None, now_ms);
+                ops.extend(charge_unclean_stop(
+                    &topic, &group, &rec, &mut g, next, not_before,
+                ));
             }
             queue_charged_to_limit(&mut g, self.opts.max_delivery_attempts, next);
+            restore_delays(&mut g, next);
             // With the attempt rows of records the log lost (`cut_back_to`): a record
             // published later at such an offset must not inherit their count.
             ops.extend(group_ops(&topic, &group, &mut g));
             lock(&t.groups).insert(group, GroupCell::new(g));
         }
         self.catalog.commit(&ops)
+    }
+
+    /// The options the instance was opened with.
+    pub fn options(&self) -> &Options {
+        &self.opts
     }
 
     /// Sets what `visible` calls (once; the runtime's consumer wake-up).

@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use super::key_order::KeyOrder;
 use crate::catalog::{AttemptRecord, GroupRecord};
 use crate::format::record::Record;
 
@@ -126,6 +127,25 @@ pub struct Group {
     pub snapshot_queued: bool,
     /// Records lent to an auto-ack consumer (only between two locks, see [`Lent`]).
     pub lent: Option<Lent>,
+    /// Waiting offsets (a subset of `redeliver`) not to be delivered before a wall-clock
+    /// time (ms since the Unix epoch): a nack with a delay or a backoff. Durable in their
+    /// attempt rows. Empty in a group that never delays, so its hand-outs never look.
+    pub delayed: BTreeMap<u64, u64>,
+    /// Offsets out (a subset of `in_flight`) with an ack deadline. In memory only: after
+    /// an unclean stop every delivery that was out is charged anyway.
+    pub deadlines: BTreeMap<u64, Instant>,
+    /// The keys of what is out or waiting, in a key-ordered group.
+    pub keys: Option<KeyOrder>,
+}
+
+/// What the waiting offsets offer a hand-out (see [`Group::pick_waiting`]).
+enum Waiting {
+    /// This one may go now.
+    Ready(u64),
+    /// The first one waits for its time, and with `max_in_flight(1)` so does everything.
+    Blocked,
+    /// Nothing waiting may go: fresh records may.
+    Nothing,
 }
 
 impl Group {
@@ -183,6 +203,9 @@ impl Group {
             deleted: false,
             snapshot_queued: false,
             lent: None,
+            delayed: BTreeMap::new(),
+            deadlines: BTreeMap::new(),
+            keys: None,
         }
     }
 
@@ -283,6 +306,9 @@ impl Group {
         self.in_flight.retain(|&o, _| o < next);
         self.redeliver.retain(|&o| o < next);
         self.done_above.retain(|&o| o < next);
+        self.delayed.retain(|&o, _| o < next);
+        self.deadlines.retain(|&o, _| o < next);
+        self.forget_keys();
         let gone: Vec<u64> = self.attempts.range(next..).map(|(o, _)| *o).collect();
         for o in gone {
             self.attempts.remove(&o);
@@ -306,6 +332,9 @@ impl Group {
         self.in_flight.retain(|&o, _| o >= earliest);
         self.redeliver.retain(|&o| o >= earliest);
         self.done_above.retain(|&o| o >= earliest);
+        self.delayed.retain(|&o, _| o >= earliest);
+        self.deadlines.retain(|&o, _| o >= earliest);
+        self.forget_keys();
         let gone: Vec<u64> = self.attempts.range(..earliest).map(|(o, _)| *o).collect();
         for o in gone {
             self.attempts.remove(&o);
@@ -324,13 +353,22 @@ impl Group {
         skipped
     }
 
-    /// The offset the next delivery would take, if any, given the log end.
-    pub fn next_offset(&mut self, log_next: u64) -> Option<u64> {
+    /// The offset the next delivery would take, if any, given the log end. `now_ms` (the
+    /// wall clock) is asked only when something waits for its time or keys are ordered.
+    pub fn next_offset(&mut self, log_next: u64, now_ms: impl FnOnce() -> u64) -> Option<u64> {
         if self.in_flight.len() >= self.max_in_flight {
             return None;
         }
-        if let Some(&o) = self.redeliver.first() {
-            return Some(o);
+        if self.delayed.is_empty() && self.keys.is_none() {
+            if let Some(&o) = self.redeliver.first() {
+                return Some(o);
+            }
+        } else {
+            match self.pick_waiting(now_ms()) {
+                Waiting::Ready(o) => return Some(o),
+                Waiting::Blocked => return None,
+                Waiting::Nothing => {}
+            }
         }
         while self.done_above.contains(&self.read_pos) {
             self.read_pos += 1;
@@ -339,6 +377,82 @@ impl Group {
             return None;
         }
         Some(self.read_pos)
+    }
+
+    /// The first waiting offset whose time has come and whose key is free. With
+    /// `max_in_flight(1)` (strict order) nothing passes a waiting offset.
+    fn pick_waiting(&self, now_ms: u64) -> Waiting {
+        let strict = self.max_in_flight == 1;
+        for &o in &self.redeliver {
+            let due = self.delayed.get(&o).is_none_or(|&at| at <= now_ms);
+            let free = self.keys.as_ref().is_none_or(|k| k.may_redeliver(o));
+            if due && free {
+                return Waiting::Ready(o);
+            }
+            if strict {
+                return Waiting::Blocked;
+            }
+        }
+        Waiting::Nothing
+    }
+
+    /// A fresh record at the read position whose key has an earlier record out or
+    /// waiting: it waits too (behind that one), and the read position moves on.
+    pub fn hold_back(&mut self, offset: u64, key: Option<super::key_order::Key>) {
+        self.read_past(offset);
+        self.redeliver.insert(offset);
+        if let Some(k) = &mut self.keys {
+            k.add(offset, key);
+        }
+        self.check();
+    }
+
+    /// When the group next has something to do on its own: the earliest time a waiting
+    /// offset becomes due (wall clock, ms) and the earliest deadline of one out.
+    pub fn next_due(&self) -> (Option<u64>, Option<Instant>) {
+        let due = self
+            .delayed
+            .iter()
+            .filter(|(o, _)| self.keys.as_ref().is_none_or(|k| k.may_redeliver(**o)))
+            .map(|(_, &at)| at)
+            .min();
+        (due, self.deadlines.values().min().copied())
+    }
+
+    /// Offsets out whose ack deadline has passed at `now`.
+    pub fn expired(&self, now: Instant) -> Vec<u64> {
+        self.deadlines
+            .iter()
+            .filter(|(_, at)| **at <= now)
+            .map(|(o, _)| *o)
+            .collect()
+    }
+
+    /// Takes `offset` out of `in_flight` (and its deadline); whether it was there.
+    pub fn take_out(&mut self, offset: u64) -> bool {
+        self.deadlines.remove(&offset);
+        self.in_flight.remove(&offset).is_some()
+    }
+
+    /// Queues `offset` (taken out) for redelivery, not before `not_before_ms` (0: at once).
+    pub fn wait_again(&mut self, offset: u64, not_before_ms: u64) {
+        self.redeliver.insert(offset);
+        if not_before_ms > 0 {
+            self.delayed.insert(offset, not_before_ms);
+        }
+    }
+
+    /// Takes `offset` out of the waiting set (and its delay); whether it was there.
+    fn take_waiting(&mut self, offset: u64) -> bool {
+        self.delayed.remove(&offset);
+        self.redeliver.remove(&offset)
+    }
+
+    /// Bulk changes: a key-ordered group reads the keys of what is out or waiting again.
+    fn forget_keys(&mut self) {
+        if let Some(k) = &mut self.keys {
+            k.invalidate();
+        }
     }
 
     /// Moves the read position past `offset`, the next fresh offset, and drops the
@@ -357,7 +471,7 @@ impl Group {
 
     /// Records `offset` as handed out; returns the delivery's token.
     pub fn hand_out(&mut self, offset: u64) -> u64 {
-        if !self.redeliver.remove(&offset) {
+        if !self.take_waiting(offset) {
             self.read_past(offset);
         }
         let token = self.next_token;
@@ -441,8 +555,10 @@ impl Group {
         if o >= log_next {
             return false;
         }
-        if self.in_flight.remove(&o).is_none() && !self.redeliver.remove(&o) {
+        if !self.take_out(o) && !self.take_waiting(o) {
             self.read_past(o);
+            // A fresh record not seen by the key order: it may be nacked back.
+            self.forget_keys();
         }
         true
     }
@@ -456,8 +572,8 @@ impl Group {
     /// as dead-lettered if it was `copied`, else as skipped (retention had deleted it:
     /// there was nothing to copy, as for every unfinished record retention takes).
     pub fn finish_past_limit(&mut self, offset: u64, copied: bool) {
-        self.redeliver.remove(&offset);
-        self.in_flight.remove(&offset);
+        self.take_waiting(offset);
+        self.take_out(offset);
         self.finish(offset);
         if copied {
             self.dead_lettered += 1;
@@ -472,6 +588,9 @@ impl Group {
         debug_assert!(offset >= self.cursor && offset < self.read_pos);
         if self.attempts.remove(&offset).is_some() {
             self.stale_attempts.push(offset);
+        }
+        if let Some(k) = &mut self.keys {
+            k.remove(offset);
         }
         if offset > self.cursor {
             self.done_above.insert(offset);
@@ -500,6 +619,7 @@ impl Group {
             self.read_pos += 1;
         }
         self.prefetch.clear();
+        self.forget_keys();
         self.check();
     }
 
@@ -520,6 +640,9 @@ impl Group {
         self.in_flight.clear();
         self.done_above.clear();
         self.redeliver.clear();
+        self.delayed.clear();
+        self.deadlines.clear();
+        self.forget_keys();
         self.attempts.clear();
         self.stale_attempts.clear();
         self.prefetch.clear();
@@ -553,6 +676,15 @@ impl Group {
             (self.in_flight.len() + self.redeliver.len() + self.done_above.len()) as u64 + lent,
             "every offset between cursor and read position is out, waiting or done"
         );
+        debug_assert!(self.delayed.keys().all(|o| self.redeliver.contains(o)));
+        debug_assert!(
+            self.deadlines
+                .keys()
+                .all(|o| self.in_flight.contains_key(o))
+        );
+        if let Some(k) = &self.keys {
+            k.check(|o| self.in_flight.contains_key(&o) || self.redeliver.contains(&o));
+        }
     }
 }
 
@@ -749,7 +881,7 @@ mod tests {
         let mut g = Group::new(0);
         g.max_in_flight = 10;
         for o in 0..5 {
-            assert_eq!(g.next_offset(5), Some(o));
+            assert_eq!(g.next_offset(5, || 0), Some(o));
             g.hand_out(o);
         }
         for o in [1, 2, 4] {

@@ -185,8 +185,8 @@ impl Engine {
                     if closing {
                         let out: Vec<u64> = g.in_flight.keys().copied().collect();
                         for o in out {
-                            g.in_flight.remove(&o);
-                            g.redeliver.insert(o);
+                            g.take_out(o);
+                            g.wait_again(o, 0);
                         }
                     }
                     queued.push(group_ops(&t.name, &name, &mut g));
@@ -222,7 +222,7 @@ mod tests {
         // Offset 0: nacked once, then redelivered and auto-acked by the next hand-out, so
         // g1 is dirty with its attempt row to delete.
         let first = hand_out(&e, &r1, None);
-        e.nack_delivery(&r1, first, "once", 1).expect("nack");
+        e.nack_delivery(&r1, first, "once", None, 1).expect("nack");
         let again = hand_out(&e, &r1, None);
         assert_eq!(again.offset, 0);
         hand_out(&e, &r1, Some(again));
@@ -243,7 +243,7 @@ mod tests {
             .expect("reset");
         let replay = hand_out(&e, &r1, None);
         assert_eq!(replay.offset, 0);
-        e.nack_delivery(&r1, replay, "after the reset", 1)
+        e.nack_delivery(&r1, replay, "after the reset", None, 1)
             .expect("nack");
         drop(g2);
         ticker.join().expect("ticker").expect("commit");

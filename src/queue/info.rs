@@ -3,6 +3,7 @@
 //! **Invariant:** `lib.rs` re-exports every public item here; the queries commit nothing.
 
 use super::Engine;
+use super::deadline::wall_ms;
 use super::engine::lock;
 use super::topic_config::TopicConfig;
 use crate::error::Result;
@@ -44,6 +45,8 @@ pub struct NackOutcome {
     pub dead_lettered: bool,
     /// The group's cursor after the nack.
     pub next_offset: u64,
+    /// When the message may be delivered again: `None` when at once or dead-lettered.
+    pub redeliver_at: Option<std::time::SystemTime>,
 }
 
 /// State of a topic's log.
@@ -152,6 +155,8 @@ impl Engine {
         };
         let mut g = g.lock();
         self.clamp(&t, group, &mut g);
+        // An expired delivery no longer counts as in flight.
+        self.expire_due(&t, group, &mut g, std::time::Instant::now(), wall_ms())?;
         // After the clamp, for the same reason: the cursor is at most the log's end.
         let next = t.reader.next();
         Ok(GroupInfo {

@@ -24,7 +24,11 @@
 //!   consumers. Every hand-out is below the group's durable lease.
 //! - `ack.rs`: acks and releases; the durable ack's group snapshotter. Only the ticket
 //!   that holds an offset finishes it.
-//! - `nack.rs`: nacks. An attempt counts only once its commit succeeded.
+//! - `nack.rs`: nacks, with a delay or the backoff. An attempt counts only once its
+//!   commit succeeded.
+//! - `deadline.rs`: ack deadlines: an expired delivery is taken back as a failed attempt.
+//!   Its late ack or nack changes nothing.
+//! - `key_order.rs`: key-ordered parallelism. At most one delivery of a key is out.
 //! - `dead_letter.rs`: copies to the dead-letter topic, also interrupted ones. At most
 //!   one copy per message and group.
 //! - `unclean.rs`: charges for what was out at an unclean stop or a handler's panic.
@@ -48,6 +52,7 @@ mod ack;
 mod committer_window;
 mod cursor;
 mod dead_letter;
+mod deadline;
 pub mod dedup;
 mod deliver;
 mod engine;
@@ -56,6 +61,7 @@ mod explore;
 pub mod group;
 mod group_cell;
 mod info;
+pub mod key_order;
 mod nack;
 mod produce;
 mod reset;
@@ -66,7 +72,8 @@ mod topic;
 mod topic_config;
 mod unclean;
 
-pub use deliver::{GroupRef, LentRecords, Ticket};
+pub use deadline::ACK_DEADLINE_REASON;
+pub use deliver::{GroupRef, Handling, LentRecords, Ticket};
 pub use engine::Engine;
 pub use group_cell::OpenConsumer;
 pub use info::{
@@ -74,6 +81,7 @@ pub use info::{
     X_DEAD_LETTER_REASON, X_DELIVERY_ATTEMPTS, X_ORIGINAL_OFFSET, X_ORIGINAL_TIMESTAMP,
     X_ORIGINAL_TOPIC,
 };
+pub use key_order::MESSAGE_KEY_HEADER;
 pub use produce::Published;
 pub use topic::Topic;
 pub use topic_config::TopicConfig;

@@ -3,6 +3,8 @@
 //! **Invariant:** an attempt counts only once its commit succeeded (a failed nack takes
 //! it back), and a message whose nack failed stays deliverable.
 
+use std::time::{Duration, UNIX_EPOCH};
+
 use super::group::Group;
 use super::group_cell::group_ops;
 use super::{Engine, GroupRef, NackOutcome, Ticket, Topic};
@@ -12,22 +14,27 @@ use crate::options::MAX_NACK_REASON_BYTES;
 
 impl Engine {
     /// Nacks a delivery: counts a failed attempt with `reason`, or dead-letters the
-    /// message at the limit. A stale delivery fails with `StaleDelivery`.
+    /// message at the limit. It waits `delay` before it is delivered again (`None` or
+    /// zero: the `Nack Backoff`). A stale delivery fails with `StaleDelivery`, an expired
+    /// one with `DeliveryExpired`.
     pub fn nack_delivery(
         &self,
         r: &GroupRef,
         ticket: Ticket,
         reason: &str,
+        delay: Option<Duration>,
         now_ms: u64,
     ) -> Result<NackOutcome> {
         let mut g = r.group.lock();
+        self.refuse_expired(r, &mut g, ticket, now_ms)?;
         if !g.holds(ticket.offset, ticket.epoch, ticket.token) {
             return Err(Error::StaleDelivery {
                 offset: ticket.offset,
             });
         }
-        g.in_flight.remove(&ticket.offset);
-        self.nack_taken(&r.topic, &r.name, &mut g, ticket.offset, reason, now_ms)
+        g.take_out(ticket.offset);
+        let failure = Failure { reason, delay };
+        self.nack_taken(&r.topic, &r.name, &mut g, ticket.offset, failure, now_ms)
     }
 
     /// Nacks `offset`, already taken out of `in_flight`/`redeliver`.
@@ -37,15 +44,15 @@ impl Engine {
         group: &str,
         g: &mut Group,
         offset: u64,
-        reason: &str,
+        failure: Failure<'_>,
         now_ms: u64,
     ) -> Result<NackOutcome> {
-        let reason = bounded_reason(reason);
         let topic = t.name.as_str();
         let attempts = g.attempt_of(offset);
         let rec = AttemptRecord {
             attempts,
-            last_reason: reason.to_owned(),
+            last_reason: bounded_reason(failure.reason).to_owned(),
+            not_before_ms: self.not_before_ms(attempts, failure.delay, now_ms),
         };
         let dlq = self.dead_letter_topic(topic);
         if let Some(dlq) = dlq.filter(|_| attempts >= self.opts.max_delivery_attempts) {
@@ -54,7 +61,7 @@ impl Engine {
                 Err(e) => {
                     if g.unfinished(offset) {
                         // Not finished: it must stay deliverable.
-                        g.redeliver.insert(offset);
+                        g.wait_again(offset, 0);
                     }
                     return Err(e);
                 }
@@ -63,33 +70,66 @@ impl Engine {
                 delivery_attempt: attempts,
                 dead_lettered: copied,
                 next_offset: g.cursor,
+                redeliver_at: None,
             });
         }
-        g.attempts.insert(offset, rec.clone());
-        g.redeliver.insert(offset);
+        let before = g.attempts.insert(offset, rec.clone());
+        g.wait_again(offset, rec.not_before_ms);
         g.check();
         let mut ops = group_ops(topic, group, g);
         ops.push(Op::PutAttempt(
             topic.to_owned(),
             group.to_owned(),
             offset,
-            rec,
+            rec.clone(),
         ));
         if let Err(e) = self.catalog.commit(&ops) {
-            // Not durable, so not counted: put the counter back.
-            if let Some(a) = g.attempts.get_mut(&offset) {
-                a.attempts -= 1;
-                if a.attempts == 0 {
-                    g.attempts.remove(&offset);
-                }
-            }
+            // Not durable, so not counted (nor delayed): put the row back as it was.
+            match before {
+                Some(b) => g.attempts.insert(offset, b),
+                None => g.attempts.remove(&offset),
+            };
+            g.delayed.remove(&offset);
             return Err(e);
         }
         Ok(NackOutcome {
             delivery_attempt: attempts,
             dead_lettered: false,
             next_offset: g.cursor,
+            redeliver_at: (rec.not_before_ms > 0)
+                .then(|| UNIX_EPOCH + Duration::from_millis(rec.not_before_ms)),
         })
+    }
+
+    /// When a message that failed its `attempt`-th delivery may come again (0: at once):
+    /// after `delay` if one was given, else after the `Nack Backoff`'s wait.
+    pub(super) fn not_before_ms(&self, attempt: u32, delay: Option<Duration>, now_ms: u64) -> u64 {
+        let wait = delay
+            .filter(|d| !d.is_zero())
+            .unwrap_or_else(|| self.opts.nack_backoff.delay(attempt));
+        if wait.is_zero() {
+            0
+        } else {
+            let ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX).max(1);
+            now_ms.saturating_add(ms)
+        }
+    }
+}
+
+/// Why an attempt failed, and how long the message waits (`None` or zero: the backoff).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Failure<'a> {
+    pub reason: &'a str,
+    pub delay: Option<Duration>,
+}
+
+impl<'a> Failure<'a> {
+    /// A failure that waits what the `Nack Backoff` says.
+    pub fn backoff(reason: &'a str) -> Self {
+        Failure {
+            reason,
+            delay: None,
+        }
     }
 }
 

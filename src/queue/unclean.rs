@@ -5,6 +5,7 @@
 //! last durable image once, and hand-outs below the old lease are then committed one by
 //! one (careful), so the blame for a crash is exact.
 
+use super::deadline::wall_ms;
 use super::group::Group;
 use super::group_cell::group_ops;
 use super::{Engine, GroupRef, Ticket};
@@ -27,16 +28,18 @@ impl Engine {
         if !g.holds(offset, ticket.epoch, ticket.token) {
             return;
         }
-        g.in_flight.remove(&offset);
+        g.take_out(offset);
+        let attempts = g.attempt_of(offset);
         let rec = AttemptRecord {
-            attempts: g.attempt_of(offset),
+            attempts,
             last_reason: PANICKED_REASON.to_owned(),
+            not_before_ms: self.not_before_ms(attempts, None, wall_ms()),
         };
         if rec.attempts >= self.opts.max_delivery_attempts {
             g.charged_out.push(offset);
         }
         g.attempts.insert(offset, rec.clone());
-        g.redeliver.insert(offset);
+        g.wait_again(offset, rec.not_before_ms);
         g.dirty = true;
         g.check();
         let (topic, group) = (r.topic.name.clone(), r.name.to_string());
@@ -48,13 +51,15 @@ impl Engine {
 
 /// At an unclean open: charges an attempt to each unfinished offset below the log's end
 /// `next` that was in flight in the group's last image `rec`, and makes hand-outs careful
-/// up to the old lease. Returns the attempt rows to commit.
+/// up to the old lease. `not_before` gives the n-th failed attempt's redelivery time (the
+/// backoff). Returns the attempt rows to commit.
 pub(super) fn charge_unclean_stop(
     topic: &str,
     group: &str,
     rec: &GroupRecord,
     g: &mut Group,
     next: u64,
+    not_before: impl Fn(u32) -> u64,
 ) -> Vec<Op> {
     let mut ops = Vec::new();
     for &o in rec.in_flight.iter().filter(|&&o| o < next) {
@@ -62,6 +67,7 @@ pub(super) fn charge_unclean_stop(
             let a = g.attempts.entry(o).or_default();
             a.attempts = a.attempts.saturating_add(1);
             a.last_reason = UNCLEAN_STOP_REASON.to_owned();
+            a.not_before_ms = not_before(a.attempts);
             ops.push(Op::PutAttempt(
                 topic.to_owned(),
                 group.to_owned(),
@@ -74,6 +80,23 @@ pub(super) fn charge_unclean_stop(
     tracing::warn!(topic = %topic, group = %group, charged = rec.in_flight.len(),
         careful_until = g.careful_until, "unclean stop: charged deliveries that were out");
     ops
+}
+
+/// At open: puts the unfinished offsets below `next` whose attempt rows say they wait
+/// (a nack with a delay or a backoff) back to waiting, so a reopen inside the wait still
+/// waits. A waiting offset may sit at the read position (nothing after it was out).
+pub(super) fn restore_delays(g: &mut Group, next: u64) {
+    let waiting: Vec<(u64, u64)> = g
+        .attempts
+        .iter()
+        .filter(|(o, a)| a.not_before_ms > 0 && **o < next && g.unfinished(**o))
+        .map(|(o, a)| (*o, a.not_before_ms))
+        .collect();
+    for (o, at) in waiting {
+        g.materialize_to(o);
+        g.delayed.insert(o, at);
+    }
+    g.check();
 }
 
 /// At open: queues the unfinished offsets below `next` whose attempts reached the limit

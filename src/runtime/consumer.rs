@@ -3,7 +3,7 @@
 
 use std::future::Future;
 use std::task::Poll;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
@@ -13,7 +13,7 @@ use crate::format::Headers;
 use crate::format::record::Record;
 use std::sync::Arc;
 
-use crate::queue::{GroupRef, LentRecords, NackOutcome, OpenConsumer, Ticket};
+use crate::queue::{GroupRef, Handling, LentRecords, NackOutcome, OpenConsumer, Ticket};
 use std::sync::atomic::Ordering;
 
 /// How a consumer takes deliveries (`ConsumerBuilder`'s settings).
@@ -25,6 +25,11 @@ pub(crate) struct ConsumerConfig {
     pub max_in_flight: usize,
     /// How long `recv` spins before it parks its thread (zero: it parks at once).
     pub busy_poll: Duration,
+    /// Each delivery is taken back this long after its hand-out (`None`: the instance's
+    /// `Ack Deadline Ms`; zero: no deadline).
+    pub ack_deadline: Option<Duration>,
+    /// At most one delivery per `message-key` out at a time.
+    pub key_ordered: bool,
 }
 
 impl EmbeddedConsumer {
@@ -35,13 +40,15 @@ impl EmbeddedConsumer {
         group: &str,
         cfg: ConsumerConfig,
     ) -> Result<EmbeddedConsumer> {
-        let (group, open) = spool.engine()?.open_consumer(
-            topic,
-            group,
-            cfg.max_in_flight.max(1),
-            now_ms(),
-            true,
-        )?;
+        let engine = spool.engine()?;
+        let how = Handling {
+            max_in_flight: cfg.max_in_flight.max(1),
+            ack_deadline: cfg.ack_deadline.or(Some(Duration::from_millis(
+                engine.options().ack_deadline_ms,
+            ))),
+            key_ordered: cfg.key_ordered,
+        };
+        let (group, open) = engine.open_consumer(topic, group, how, now_ms(), true)?;
         let wakeup = spool.notifier(topic);
         // The group's bound may have grown (a larger `max_in_flight`): a consumer waiting
         // for a slot may have one now.
@@ -166,6 +173,7 @@ impl EmbeddedConsumer {
             attempt: 1,
             ticket,
             release_on_drop: false,
+            deadline: std::sync::Mutex::new(None),
         })
     }
 
@@ -204,6 +212,7 @@ impl EmbeddedConsumer {
                 attempt: h.attempt,
                 ticket,
                 release_on_drop: self.manual_ack,
+                deadline: std::sync::Mutex::new(h.deadline),
             }
         }))
     }
@@ -241,6 +250,11 @@ impl EmbeddedConsumer {
                 && shared.wakeup.spin_until_rung(seen, until)
             {
                 continue;
+            }
+            // A record waiting out its delay, or a delivery whose deadline runs: look
+            // again then, even if nothing rings before.
+            if let Some(at) = shared.spool.with_engine(|e| Ok(e.wake_at(&shared.group)))? {
+                super::timer::ring_at(at, &shared.wakeup);
             }
             notified.await;
         }
@@ -285,9 +299,51 @@ pub(crate) struct EmbeddedDelivery {
     attempt: u32,
     ticket: Ticket,
     release_on_drop: bool,
+    /// When the ack deadline passes (`None`: no deadline); `extend_deadline` moves it.
+    deadline: std::sync::Mutex<Option<Instant>>,
 }
 
 impl EmbeddedDelivery {
+    /// Always 0: an embedded topic has one partition.
+    pub fn partition(&self) -> u32 {
+        0
+    }
+
+    /// When this delivery's ack deadline passes, if its consumer has one.
+    pub fn deadline(&self) -> Option<Instant> {
+        *self.deadline.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Restarts the ack deadline from now; `Ok` and nothing to do without one.
+    pub fn extend_deadline(&self) -> Result<()> {
+        let sh = &self.shared;
+        let Some(d) = sh.group.ack_deadline() else {
+            return Ok(());
+        };
+        let at = sh
+            .spool
+            .with_engine(|e| e.extend_deadline(&sh.group, self.ticket, d, now_ms()))
+            .map_err(|e| self.expired_or(e))?;
+        *self.deadline.lock().unwrap_or_else(|e| e.into_inner()) = Some(at);
+        Ok(())
+    }
+
+    /// `StaleDelivery` for a delivery whose deadline passed means the group took it back
+    /// as expired: say so (`DeliveryExpired`).
+    fn expired_or(&self, e: Error) -> Error {
+        match e {
+            Error::StaleDelivery { offset }
+                if self.deadline().is_some_and(|at| at <= Instant::now()) =>
+            {
+                Error::DeliveryExpired {
+                    topic: self.topic().to_owned(),
+                    group: self.group().to_owned(),
+                    offset,
+                }
+            }
+            e => e,
+        }
+    }
     /// The topic the message was read from.
     pub fn topic(&self) -> &str {
         self.shared.group.topic()
@@ -328,10 +384,13 @@ impl EmbeddedDelivery {
     pub fn ack(mut self) -> impl Future<Output = Result<()>> + Send + 'static {
         self.release_on_drop = false;
         let sh = &self.shared;
-        let made = sh.spool.with_engine(|e| {
-            let t = e.ack_delivery(&sh.group, self.ticket, true)?;
-            Ok(t.map(|t| (t, e.ack_watch().clone())))
-        });
+        let made = sh
+            .spool
+            .with_engine(|e| {
+                let t = e.ack_delivery(&sh.group, self.ticket, true)?;
+                Ok(t.map(|t| (t, e.ack_watch().clone())))
+            })
+            .map_err(|e| self.expired_or(e));
         // Also after a failure (a failed commit after the ack was made): the slot may be
         // free already, and a wake nobody waits for costs next to nothing.
         sh.wakeup.wake();
@@ -355,14 +414,16 @@ impl EmbeddedDelivery {
         }
     }
 
-    /// Records a failed attempt (durably) and redelivers, or dead-letters at the limit.
-    pub async fn nack(mut self, reason: &str) -> Result<NackOutcome> {
+    /// Records a failed attempt (durably) and redelivers (after `delay`, or the
+    /// `Nack Backoff` when `None` or zero), or dead-letters at the limit.
+    pub async fn nack(mut self, reason: &str, delay: Option<Duration>) -> Result<NackOutcome> {
         self.release_on_drop = false;
         let t = self.ticket;
         let sh = &self.shared;
         let r = sh
             .spool
-            .with_engine(|e| e.nack_delivery(&sh.group, t, reason, now_ms()));
+            .with_engine(|e| e.nack_delivery(&sh.group, t, reason, delay, now_ms()))
+            .map_err(|e| self.expired_or(e));
         // Also after a failure: the record may be up for redelivery already (a failed
         // dead-letter copy or attempt commit puts it back first).
         sh.wakeup.wake();

@@ -12,9 +12,12 @@
 //! - `consumer.rs`: `EmbeddedConsumer` and `EmbeddedDelivery`: waiting, auto-ack, release
 //!   on drop.
 //! - `syncer.rs`: the sync thread that group-commits publishes under `Sync=Always`.
+//! - `timer.rs`: one thread per process that wakes a waiting consumer when a delayed
+//!   record comes due or an ack deadline passes (so `recv` needs no runtime timer).
 
 mod consumer;
 mod syncer;
+mod timer;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering, fence};
@@ -251,10 +254,11 @@ impl Embedded {
         group: &str,
         offset: u64,
         reason: &str,
+        delay: Option<Duration>,
     ) -> Result<NackOutcome> {
         let r = self
             .engine()?
-            .nack_cursor(topic, group, offset, reason, now_ms());
+            .nack_cursor(topic, group, offset, reason, delay, now_ms());
         self.wake(topic);
         r
     }

@@ -225,7 +225,7 @@ impl World {
         let Some(t) = self.pick(i) else { return };
         let r = self.ref_(i);
         self.now += 1;
-        match self.e().nack_delivery(&r, t, "bad", self.now) {
+        match self.e().nack_delivery(&r, t, "bad", None, self.now) {
             Ok(out) => self.after_nack(i, t.offset, &out, "nack"),
             Err(Error::StaleDelivery { .. }) => {
                 self.trace
@@ -280,7 +280,7 @@ impl World {
         } else {
             match self
                 .e()
-                .nack_cursor("t", GROUPS[i], cursor, "low", self.now)
+                .nack_cursor("t", GROUPS[i], cursor, "low", None, self.now)
             {
                 Ok(out) => self.after_nack(i, cursor, &out, "nack_cursor"),
                 Err(Error::OffsetOutOfRange { .. }) => {}

@@ -1,10 +1,16 @@
-//! Options and the connection-string grammar. **Invariant:** a leaf module; every limit is a
-//! named constant here.
+//! Options and the connection-string grammar. **Invariant:** uses only `names` and
+//! `error`; every limit is a named constant here.
+//!
+//! Files: `mod.rs` (the options, the grammar, the checks); `backoff.rs` (`Nack Backoff`:
+//! its values and the delay of the n-th failed attempt).
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+
+mod backoff;
+pub use backoff::{MAX_BACKOFF_STEPS, NackBackoff};
 
 /// Default `Segment Bytes`: 64 MiB.
 pub const DEFAULT_SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
@@ -109,6 +115,13 @@ pub struct Options {
     pub index_interval_bytes: u64,
     /// [`Retention Check Ms`] how often the background thread applies retention.
     pub retention_check_ms: u64,
+    /// [`Nack Backoff`] `1s,5s,30s` | `exp:100ms..30s`: a failed message's wait before it
+    /// is delivered again, by attempt. Empty (the default): at once.
+    pub nack_backoff: NackBackoff,
+    /// [`Ack Deadline Ms`] a delivery neither acked nor nacked this long after it was
+    /// handed out is taken back as a failed attempt. 0 (the default): no deadline.
+    /// A consumer's `ack_deadline` wins over it.
+    pub ack_deadline_ms: u64,
 }
 
 impl Options {
@@ -131,6 +144,8 @@ impl Options {
             commit_interval_ms: DEFAULT_COMMIT_INTERVAL_MS,
             index_interval_bytes: DEFAULT_INDEX_INTERVAL_BYTES,
             retention_check_ms: DEFAULT_RETENTION_CHECK_MS,
+            nack_backoff: NackBackoff::Immediate,
+            ack_deadline_ms: 0,
         }
     }
 
@@ -204,6 +219,8 @@ impl Options {
                 "commitintervalms" => o.commit_interval_ms = num(k, value, 1, MAX_MS)?,
                 "indexintervalbytes" => o.index_interval_bytes = num(k, value, 1, 1 << 30)?,
                 "retentioncheckms" => o.retention_check_ms = num(k, value, 1, MAX_MS)?,
+                "nackbackoff" => o.nack_backoff = backoff::parse_backoff(k, value)?,
+                "ackdeadlinems" => o.ack_deadline_ms = num(k, value, 0, MAX_MS)?,
                 _ => return Err(bad(k, "unknown key")),
             }
         }
@@ -255,6 +272,9 @@ impl Options {
             if v == 0 || v > MAX_MS {
                 return Err(bad(name, "out of range"));
             }
+        }
+        if self.ack_deadline_ms > MAX_MS {
+            return Err(bad("Ack Deadline Ms", "out of range"));
         }
         if self.retention_ms > MAX_MS {
             return Err(bad("Retention Ms", "out of range"));
@@ -329,7 +349,7 @@ mod tests {
              Retention Bytes=10; Retention Ms=20; Max Message Bytes=100; Max Header Bytes=50; \
              Dedup Window=0; Max Delivery Attempts=3; Dead Letter Suffix=.dead; \
              Dead Letter Chain=true; Commit Interval Ms=5; Index Interval Bytes=64; \
-             Retention Check Ms=7;",
+             Retention Check Ms=7; Nack Backoff=1s,5s; Ack Deadline Ms=30000",
         )
         .expect("valid");
         assert_eq!(o.data_source, PathBuf::from("./x"));
@@ -346,5 +366,8 @@ mod tests {
         assert_eq!(o.commit_interval_ms, 5);
         assert_eq!(o.index_interval_bytes, 64);
         assert_eq!(o.retention_check_ms, 7);
+        let steps = vec![Duration::from_secs(1), Duration::from_secs(5)];
+        assert_eq!(o.nack_backoff, NackBackoff::Steps(steps));
+        assert_eq!(o.ack_deadline_ms, 30_000);
     }
 }

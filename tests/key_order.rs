@@ -1,0 +1,196 @@
+//! Issue 27 point 3 (key-ordered parallelism): with `key_ordered()`, at most one delivery
+//! of a key is out, each key's records come in offset order (redeliveries and delays
+//! included), other keys flow, records without a key are not held, and the cursor stays
+//! the ack floor.
+
+mod common_groups;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common_groups::{Rng, assert_nothing, headers, open, recv};
+use spool::consts::MESSAGE_KEY_HEADER;
+use spool::{Consumer, Spool};
+
+const TOPIC: &str = "keyed.events";
+const GROUP: &str = "workers";
+
+async fn publish_keys(mq: &Spool, keys: &[Option<&str>]) {
+    for k in keys {
+        let h = match k {
+            Some(k) => headers(&[(MESSAGE_KEY_HEADER, k)]),
+            None => headers(&[]),
+        };
+        mq.publish(TOPIC, b"x".to_vec(), &h).await.unwrap();
+    }
+}
+
+fn keyed(mq: &Spool, max_in_flight: usize) -> Consumer {
+    mq.consumer(TOPIC, GROUP)
+        .manual_ack()
+        .max_in_flight(max_in_flight)
+        .key_ordered()
+        .build()
+        .expect("consumer")
+}
+
+#[tokio::test]
+async fn one_delivery_per_key_is_out_and_other_keys_flow() {
+    let dir = tempfile::tempdir().unwrap();
+    let mq = open(dir.path(), "");
+    let (a, b, c) = (Some("a"), Some("b"), Some("c"));
+    publish_keys(&mq, &[a, a, b, c, a, b]).await;
+    let mut con = keyed(&mq, 8);
+    let mut out = HashMap::new();
+    for want in [0, 2, 3] {
+        let d = recv(&mut con).await;
+        assert_eq!(d.offset(), want);
+        out.insert(want, d);
+    }
+    assert_nothing(&mut con).await;
+    out.remove(&0).unwrap().ack().await.unwrap();
+    let d1 = recv(&mut con).await;
+    assert_eq!(d1.offset(), 1, "a's next once 0 is done");
+    out.remove(&2).unwrap().ack().await.unwrap();
+    let d5 = recv(&mut con).await;
+    assert_eq!(d5.offset(), 5, "b's next once 2 is done");
+    assert_nothing(&mut con).await;
+    assert_eq!(
+        mq.group_info(TOPIC, GROUP).unwrap().cursor,
+        1,
+        "the ack floor"
+    );
+}
+
+#[tokio::test]
+async fn a_nacked_or_delayed_record_holds_back_its_own_key_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let mq = open(dir.path(), "");
+    let (a, b) = (Some("a"), Some("b"));
+    publish_keys(&mq, &[a, b, a, b]).await;
+    let mut con = keyed(&mq, 4);
+    let d0 = recv(&mut con).await;
+    let d1 = recv(&mut con).await;
+    assert_eq!((d0.offset(), d1.offset()), (0, 1));
+    d0.nack_with_delay("later", Duration::from_millis(300))
+        .await
+        .unwrap();
+    d1.ack().await.unwrap();
+    // b flows on; a's offset 2 waits behind the delayed 0.
+    let d3 = recv(&mut con).await;
+    assert_eq!(d3.offset(), 3);
+    d3.ack().await.unwrap();
+    let again = recv(&mut con).await;
+    assert_eq!(
+        (again.offset(), again.attempt()),
+        (0, 2),
+        "a's first comes first"
+    );
+    assert_nothing(&mut con).await;
+    again.ack().await.unwrap();
+    assert_eq!(recv(&mut con).await.offset(), 2);
+}
+
+#[tokio::test]
+async fn records_without_a_key_are_not_held() {
+    let dir = tempfile::tempdir().unwrap();
+    let mq = open(dir.path(), "");
+    publish_keys(&mq, &[None, None, Some("a"), None]).await;
+    let mut con = keyed(&mq, 4);
+    let offsets: Vec<u64> = [
+        recv(&mut con).await,
+        recv(&mut con).await,
+        recv(&mut con).await,
+        recv(&mut con).await,
+    ]
+    .iter()
+    .map(|d| d.offset())
+    .collect();
+    assert_eq!(offsets, vec![0, 1, 2, 3]);
+}
+
+#[tokio::test]
+async fn the_key_order_holds_after_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (Some("a"), Some("b"));
+    {
+        let mq = open(dir.path(), "");
+        publish_keys(&mq, &[a, a, b]).await;
+        let mut con = keyed(&mq, 4);
+        let d0 = recv(&mut con).await;
+        d0.nack_with_delay("later", Duration::from_millis(300))
+            .await
+            .unwrap();
+        drop(con);
+        mq.close().await.unwrap();
+    }
+    let mq = open(dir.path(), "");
+    let mut con = keyed(&mq, 4);
+    // Offset 1 (key a) waits behind the delayed 0; b flows.
+    let d2 = recv(&mut con).await;
+    assert_eq!(d2.offset(), 2);
+    let d0 = recv(&mut con).await;
+    assert_eq!((d0.offset(), d0.attempt()), (0, 2));
+    d0.ack().await.unwrap();
+    assert_eq!(recv(&mut con).await.offset(), 1);
+}
+
+/// Handlers run concurrently, take random time and fail one time in eight: every key's
+/// records are finished in offset order and never two of a key at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_concurrent_handlers_each_key_is_handled_in_offset_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let mq = open(dir.path(), "Max Delivery Attempts=0");
+    let keys = ["k0", "k1", "k2", "k3", "k4", "k5"];
+    let mut rng = Rng(0x5eed);
+    let plan: Vec<Option<&str>> = (0..300)
+        .map(|_| Some(keys[(rng.next() % keys.len() as u64) as usize]))
+        .collect();
+    publish_keys(&mq, &plan).await;
+    let mut con = keyed(&mq, 16);
+    let done: Arc<Mutex<HashMap<String, Vec<u64>>>> = Arc::default();
+    let busy: Arc<Mutex<HashMap<String, u64>>> = Arc::default();
+    let mut handlers = tokio::task::JoinSet::new();
+    let mut acked = 0;
+    let spawn = |handlers: &mut tokio::task::JoinSet<bool>, d: spool::Delivery, rng: &mut Rng| {
+        let key = d.headers()[MESSAGE_KEY_HEADER].clone();
+        let prev = busy.lock().unwrap().insert(key.clone(), d.offset());
+        assert_eq!(prev, None, "two deliveries of key {key} out at once");
+        let (done, busy) = (done.clone(), busy.clone());
+        let (pause, fail) = (rng.next() % 3, rng.next().is_multiple_of(8));
+        handlers.spawn(async move {
+            tokio::time::sleep(Duration::from_millis(pause)).await;
+            busy.lock().unwrap().remove(&key);
+            if fail {
+                d.nack("flaky").await.unwrap();
+                false
+            } else {
+                let o = d.offset();
+                done.lock().unwrap().entry(key).or_default().push(o);
+                d.ack().await.unwrap();
+                true
+            }
+        });
+    };
+    let run = async {
+        while acked < plan.len() {
+            tokio::select! {
+                d = con.recv() => spawn(&mut handlers, d.unwrap(), &mut rng),
+                Some(r) = handlers.join_next(), if !handlers.is_empty() => {
+                    acked += usize::from(r.unwrap());
+                }
+            }
+        }
+    };
+    tokio::time::timeout(common_groups::WAIT, run)
+        .await
+        .expect("every record handled in time");
+    for (key, offsets) in done.lock().unwrap().iter() {
+        assert!(offsets.is_sorted(), "key {key} out of order: {offsets:?}");
+    }
+    assert_eq!(
+        mq.group_info(TOPIC, GROUP).unwrap().cursor,
+        plan.len() as u64
+    );
+}
