@@ -18,8 +18,10 @@
 //! - `mod.rs`: the tables, the records stored in them, `Catalog` (open and reads).
 //! - `committer.rs`: the committer thread, group images, the ack watermark.
 //! - `storage.rs`: redb's storage backend over the crate's file seam.
+//! - `copy.rs`: a copy of every table as of one instant (snapshots).
 
 mod committer;
+mod copy;
 mod storage;
 
 pub use committer::{AckWatch, Done, Queued, Snapshotter};
