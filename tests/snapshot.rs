@@ -504,3 +504,56 @@ fn the_blocking_facade_takes_a_snapshot_too() {
     let copy = spool::blocking::Spool::open(&conn(&snap, "")).expect("open copy");
     assert_eq!(copy.fetch("t", 0, 10).expect("fetch").len(), 1);
 }
+
+/// On another file system a hard link cannot be made (`EXDEV`): sealed segments are
+/// copied instead, and the copy is the same.
+#[tokio::test]
+async fn on_another_file_system_sealed_segments_are_copied() {
+    let src = common_groups::tmpfs_tempdir();
+    let dst = tempfile::tempdir().expect("dir");
+    let dev = |p: &Path| std::fs::metadata(p).expect("meta").dev();
+    let mq = open(src.path(), SMALL);
+    for i in 0..40u8 {
+        mq.publish("t", vec![i; 100], &Headers::new())
+            .await
+            .expect("publish");
+    }
+    let snap = dst.path().join("snap");
+    let info = mq.snapshot(&snap).await.expect("snapshot");
+    assert!(segment_files(src.path(), "t").len() > 3);
+    if dev(src.path()) != dev(dst.path()) {
+        assert_eq!((info.linked_files, info.linked_bytes), (0, 0), "{info:?}");
+    }
+    let copy = open(&snap, SMALL);
+    assert_same_instance(&copy, &mq).await;
+}
+
+/// A group in the copy has its durable state of the snapshot's instant: auto-acks not
+/// committed yet are not in it, so those records are delivered again from the copy (as
+/// after a crash), while the source goes on from its own cursor.
+#[tokio::test]
+async fn acks_not_committed_at_the_snapshot_are_delivered_again_from_the_copy() {
+    let dir = tempfile::tempdir().expect("dir");
+    let rare_commits = "Commit Interval Ms=3600000";
+    let mq = open(&dir.path().join("data"), rare_commits);
+    publish_n(&mq, "t", 5).await;
+    let mut auto = mq.consumer("t", "auto").build().expect("build");
+    for want in 0..4 {
+        assert_eq!(auto.recv().await.expect("recv").offset(), want);
+    }
+    let in_memory = mq.group_info("t", "auto").expect("info").cursor;
+    assert_eq!(in_memory, 3, "three auto-acked, in memory only");
+    let snap = dir.path().join("snap");
+    mq.snapshot(&snap).await.expect("snapshot");
+    let copy = open(&snap, rare_commits);
+    assert_eq!(copy.group_info("t", "auto").expect("info").cursor, 0);
+    let mut again = copy.consumer("t", "auto").build().expect("build");
+    assert_eq!(
+        again.recv().await.expect("recv").offset(),
+        0,
+        "delivered again"
+    );
+    drop(auto);
+    mq.commit().expect("commit");
+    assert!(mq.group_info("t", "auto").expect("info").cursor >= 3);
+}

@@ -54,8 +54,10 @@ impl Engine {
     /// `dest` must not exist, or be an empty directory, outside the data directory;
     /// otherwise nothing is written there.
     pub fn snapshot(&self, dest: &Path) -> Result<SnapshotInfo> {
-        self.check_destination(dest)?;
+        // Checked under the lock: two snapshots into one destination are one after the
+        // other, and the second finds it taken.
         let _files = self.deletions.write().unwrap_or_else(|e| e.into_inner());
+        self.check_destination(dest)?;
         let fs = &self.fs;
         fs.create_dir_all(dest)?;
         let marker = dest.join(INCOMPLETE_MARKER);
