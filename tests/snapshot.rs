@@ -557,3 +557,68 @@ async fn acks_not_committed_at_the_snapshot_are_delivered_again_from_the_copy() 
     mq.commit().expect("commit");
     assert!(mq.group_info("t", "auto").expect("info").cursor >= 3);
 }
+
+/// While a snapshot runs (held here inside its catalog copy's sync), publishes go on and
+/// a deletion of records waits: the segments it would delete are still to be linked.
+/// Once the snapshot returned, the deletion goes through in the source only.
+#[test]
+fn a_deletion_waits_for_a_running_snapshot_and_publishes_go_on() {
+    let rt = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("rt")
+    };
+    let fs = SimFs::new(5);
+    let opts = |data: &str| Options {
+        segment_bytes: 1024,
+        ..without_background_work(Options::new(data))
+    };
+    let mq = Spool::open_simulated(opts("/data"), &fs).expect("open");
+    rt().block_on(async {
+        for i in 0..40u8 {
+            mq.publish("t", vec![i; 100], &Headers::new())
+                .await
+                .expect("publish");
+        }
+    });
+    let release = fs.faults_cleared_on_drop();
+    fs.hold_syncs_of(Some(Path::new("/snap/catalog.redb.new")));
+    let snapshot = {
+        let mq = mq.clone();
+        std::thread::spawn(move || rt().block_on(mq.snapshot("/snap")))
+    };
+    while fs.syncs_waiting() == 0 {
+        assert!(
+            !snapshot.is_finished(),
+            "the snapshot reached its catalog sync"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    let deletion = {
+        let mq = mq.clone();
+        std::thread::spawn(move || rt().block_on(mq.delete_records_before("t", 30)))
+    };
+    let published = rt()
+        .block_on(mq.publish("t", b"during".to_vec(), &Headers::new()))
+        .expect("a publish during the snapshot");
+    assert_eq!(published, 40);
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    assert!(
+        !deletion.is_finished(),
+        "the deletion waits for the snapshot"
+    );
+    drop(release);
+    let info = snapshot.join().expect("thread").expect("snapshot");
+    assert_eq!(deletion.join().expect("thread").expect("delete"), 30);
+    assert!(info.linked_files > 3, "{info:?}");
+    let copy = Spool::open_simulated(opts("/snap"), &fs).expect("open copy");
+    let records = rt().block_on(fetch_all(&copy, "t"));
+    assert_eq!(
+        records.first().map(|r| r.offset()),
+        Some(0),
+        "nothing deleted"
+    );
+    assert!(records.len() >= 40, "{}", records.len());
+    assert_eq!(mq.topic_info("t").expect("info").earliest, 30);
+}
