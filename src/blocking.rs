@@ -37,7 +37,7 @@ use crate::error::{Error, Result};
 use crate::format::Headers;
 use crate::format::record::Record;
 use crate::options::Options;
-use crate::queue::{GroupInfo, NackOutcome, OffsetReset, TopicConfig, TopicInfo};
+use crate::queue::{GroupInfo, NackOutcome, OffsetReset, SnapshotInfo, TopicConfig, TopicInfo};
 use crate::spool::Spool as AsyncSpool;
 
 /// The runtime every blocking call runs on, shared by a `Spool`'s clones and consumers.
@@ -187,6 +187,12 @@ impl Spool {
     /// Persists auto-acked cursors now.
     pub fn commit(&self) -> Result<()> {
         self.inner.commit()
+    }
+
+    /// Makes a consistent copy of the whole instance in `dest` (see
+    /// [`crate::Spool::snapshot`]).
+    pub fn snapshot(&self, dest: impl AsRef<std::path::Path>) -> Result<SnapshotInfo> {
+        self.rt.block_on(self.inner.snapshot(dest))
     }
 }
 

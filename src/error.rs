@@ -166,6 +166,26 @@ pub enum Error {
         source: std::io::Error,
     },
 
+    /// A snapshot's destination cannot take it: it exists and is not an empty directory,
+    /// or it lies inside the data directory. Nothing was written there. Name a directory
+    /// that does not exist or is empty, outside the data directory.
+    #[error("cannot take a snapshot into {}: {reason}; name a directory that does not exist or is empty, outside the data directory", path.display())]
+    SnapshotDestination {
+        /// The destination named.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+
+    /// The directory holds a snapshot that did not finish (a power cut, a crash or an
+    /// error while it was taken), so it is not a complete copy. Delete the directory and
+    /// take the snapshot again.
+    #[error("{} holds a snapshot that did not finish (its SNAPSHOT-INCOMPLETE marker is still there); delete the directory and take the snapshot again", path.display())]
+    IncompleteSnapshot {
+        /// The directory.
+        path: PathBuf,
+    },
+
     /// The catalog (the redb file holding cursors and attempts) reported an error.
     #[error("catalog error while {context}: {detail}")]
     Catalog {

@@ -59,7 +59,9 @@ pub use error::{Error, Result};
 pub use format::Headers;
 pub use format::record::Record;
 pub use options::{Mode, NackBackoff, Options, RetentionPolicy, SyncPolicy};
-pub use queue::{GroupInfo, NackOutcome, OffsetReset, PendingAttempt, TopicConfig, TopicInfo};
+pub use queue::{
+    GroupInfo, NackOutcome, OffsetReset, PendingAttempt, SnapshotInfo, TopicConfig, TopicInfo,
+};
 pub use spool::Spool;
 
 /// Test support: the simulated file system of the power-loss tests.

@@ -12,7 +12,7 @@ use crate::format::Headers;
 use crate::format::record::Record;
 use crate::io::Fs;
 use crate::options::Options;
-use crate::queue::{GroupInfo, NackOutcome, OffsetReset, TopicConfig, TopicInfo};
+use crate::queue::{GroupInfo, NackOutcome, OffsetReset, SnapshotInfo, TopicConfig, TopicInfo};
 
 /// An open spool instance. Cheap to clone; every clone shares the instance.
 #[derive(Clone, Debug)]
@@ -228,6 +228,28 @@ impl Spool {
     pub fn commit(&self) -> Result<()> {
         match &self.backend {
             Backend::Embedded(e) => e.commit(),
+        }
+    }
+
+    /// Makes a consistent copy of the whole instance in `dest`, while publishers and
+    /// consumers go on. The copy is a data directory: [`Spool::open`] opens it, also
+    /// while this instance is still open.
+    ///
+    /// - Consistent: every group's durable state as of one instant, and every log up to
+    ///   what its readers saw then or a little later. Acks not yet committed at that
+    ///   instant are not in the copy: those records are delivered again from it, as after
+    ///   a crash (docs/operations.md, "Snapshots").
+    /// - `dest` must not exist, or be an empty directory, outside the data directory;
+    ///   otherwise [`Error::SnapshotDestination`](crate::Error::SnapshotDestination) and
+    ///   nothing is written there.
+    /// - Sealed segments are hard-linked (copied on another file system); the rest is
+    ///   copied and synced.
+    /// - A copy cut short (a power cut, an error) is refused by `open` with
+    ///   [`Error::IncompleteSnapshot`](crate::Error::IncompleteSnapshot).
+    /// - Retention and `delete_records_before` wait while it runs.
+    pub async fn snapshot(&self, dest: impl AsRef<std::path::Path>) -> Result<SnapshotInfo> {
+        match &self.backend {
+            Backend::Embedded(e) => e.snapshot(dest.as_ref()).await,
         }
     }
 }

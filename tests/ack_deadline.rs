@@ -165,3 +165,24 @@ async fn an_auto_ack_consumer_gets_a_message_again_after_its_deadline() {
     assert_eq!((again.offset(), again.attempt()), (0, 2));
     assert_eq!(recv(&mut c).await.offset(), 1, "acked in time this time");
 }
+
+#[tokio::test]
+async fn a_huge_deadline_or_delay_is_bounded_not_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let mq = open(dir.path(), "");
+    publish_n(&mq, TOPIC, 2).await;
+    let mut c = with_deadline(&mq, 2, Duration::MAX);
+    let d = recv(&mut c).await;
+    assert!(d.deadline().unwrap() > Instant::now() + Duration::from_secs(365 * 24 * 3600));
+    d.extend_deadline().unwrap();
+    let out = d.nack_with_delay("forever", Duration::MAX).await.unwrap();
+    let years = out
+        .redeliver_at
+        .unwrap()
+        .duration_since(std::time::SystemTime::now())
+        .unwrap()
+        .as_secs()
+        / (365 * 24 * 3600);
+    assert!((9..=10).contains(&years), "about ten years: {years}");
+    assert_eq!(recv(&mut c).await.offset(), 1, "the next one goes on");
+}

@@ -18,8 +18,10 @@
 //! - `mod.rs`: the tables, the records stored in them, `Catalog` (open and reads).
 //! - `committer.rs`: the committer thread, group images, the ack watermark.
 //! - `storage.rs`: redb's storage backend over the crate's file seam.
+//! - `copy.rs`: a copy of every table as of one instant (snapshots).
 
 mod committer;
+mod copy;
 mod storage;
 
 pub use committer::{AckWatch, Done, Queued, Snapshotter};
@@ -484,4 +486,39 @@ fn init(db: &Database, path: &Path) -> Result<()> {
             .map_err(|e| cat_err("opening", e))?;
     }
     txn.commit().map_err(|e| cat_err("creating tables", e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Attempt rows written before delays existed (no `not_before_ms`) still decode, as
+    /// "at once"; new rows keep their delay.
+    #[test]
+    fn an_attempt_row_of_either_format_decodes() {
+        #[derive(Serialize)]
+        struct V1 {
+            attempts: u32,
+            last_reason: String,
+        }
+        let path = Path::new("catalog.redb");
+        let old = enc(&V1 {
+            attempts: 3,
+            last_reason: "boom".into(),
+        })
+        .expect("encode");
+        let got = dec_attempt(path, &old).expect("an old row decodes");
+        assert_eq!((got.attempts, got.not_before_ms), (3, 0));
+        assert_eq!(got.last_reason, "boom");
+        let new = AttemptRecord {
+            not_before_ms: 77,
+            ..got
+        };
+        let back = dec_attempt(path, &enc(&new).expect("encode")).expect("decodes");
+        assert_eq!(back, new);
+        assert!(
+            dec_attempt(path, &[0xff]).is_err(),
+            "damage is still an error"
+        );
+    }
 }

@@ -58,6 +58,27 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     /// Whether this is the real file system (which gets the `LOCK` file and redb's own
     /// file handling for the catalog).
     fn is_real(&self) -> bool;
+    /// Makes `to` a second name of the file `from` (a hard link); durable after `sync_dir`
+    /// of `to`'s directory. A backend without hard links (or `to` on another file system)
+    /// fails, and callers copy instead.
+    fn hard_link(&self, _from: &Path, _to: &Path) -> std::io::Result<()> {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "hard links are not supported here",
+        ))
+    }
+    /// How many names the file has (hard links): a file with more than one is shared
+    /// with another directory (a snapshot) and must never be written again.
+    fn link_count(&self, _path: &Path) -> std::io::Result<u64> {
+        Ok(1)
+    }
+    /// The path with every link and `..` resolved, if it exists.
+    fn canonicalize(&self, path: &Path) -> std::io::Result<PathBuf> {
+        match self.is_dir(path) {
+            Some(_) => Ok(path.to_owned()),
+            None => Err(std::io::ErrorKind::NotFound.into()),
+        }
+    }
     /// A token that is the same only while what was written under `dir` is still all in
     /// the page cache or on disk: the same boot of the machine and the same directory (not
     /// a copy or a restored image). `None` when that cannot be told: then recovery never
@@ -158,6 +179,40 @@ impl Fs {
             self.sync_dir(parent)?;
         }
         Ok(())
+    }
+
+    /// Makes `to` a second name of the file `from` (see `Backend::hard_link`).
+    pub fn hard_link(&self, from: &Path, to: &Path) -> Result<()> {
+        self.0
+            .hard_link(from, to)
+            .ctx(|| format!("linking {} to {}", to.display(), from.display()))
+    }
+
+    /// How many names (hard links) the file has.
+    pub fn link_count(&self, path: &Path) -> Result<u64> {
+        self.0
+            .link_count(path)
+            .ctx(|| format!("reading the links of {}", path.display()))
+    }
+
+    /// `path` made absolute, with links and `..` resolved as far as it exists: the
+    /// deepest existing ancestor resolved, the rest appended. `None` when that cannot be
+    /// told (a `..` after a missing directory).
+    pub fn resolve(&self, path: &Path) -> Option<PathBuf> {
+        let mut rest = Vec::new();
+        let mut at = path;
+        loop {
+            let probe = if at.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                at
+            };
+            if let Ok(found) = self.0.canonicalize(probe) {
+                return Some(rest.iter().rev().fold(found, |p: PathBuf, n| p.join(n)));
+            }
+            rest.push(at.file_name()?.to_owned());
+            at = at.parent()?;
+        }
     }
 
     pub fn sync_dir(&self, dir: &Path) -> Result<()> {
@@ -434,6 +489,16 @@ impl Backend for RealFs {
     }
     fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
         File::open(dir)?.sync_all()
+    }
+    fn hard_link(&self, from: &Path, to: &Path) -> std::io::Result<()> {
+        std::fs::hard_link(from, to)
+    }
+    fn link_count(&self, path: &Path) -> std::io::Result<u64> {
+        use std::os::unix::fs::MetadataExt;
+        Ok(std::fs::metadata(path)?.nlink())
+    }
+    fn canonicalize(&self, path: &Path) -> std::io::Result<PathBuf> {
+        std::fs::canonicalize(path)
     }
     fn is_dir(&self, path: &Path) -> Option<bool> {
         std::fs::metadata(path).ok().map(|m| m.is_dir())

@@ -2,7 +2,7 @@
 //!
 //! Every file has a *live* image (what reads see) and a *durable* one (what survives a
 //! power cut). Writes land in live and are remembered as pending; `sync_data` makes them
-//! durable. Directory entries are durable after `sync_dir` of their directory. At the cut
+//! durable. Directory entries (hard links too) are durable after `sync_dir` of their directory. At the cut
 //! point (the N-th mutating operation) a crash image is taken: the durable data plus a
 //! random prefix of each file's pending writes, the last of which may be torn at a
 //! 512-byte sector boundary, and the durable directory entries (each undurable creation
@@ -608,6 +608,41 @@ impl Backend for SimFs {
         s.names.remove(from);
         s.names.insert(to.to_owned(), id);
         Ok(())
+    }
+
+    fn hard_link(&self, from: &Path, to: &Path) -> std::io::Result<()> {
+        let mut s = self.lock();
+        let id = *s
+            .names
+            .get(from)
+            .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"))?;
+        if s.names.contains_key(to) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                "file exists",
+            ));
+        }
+        let parent = to.parent().map(Path::to_path_buf).unwrap_or_default();
+        if !s.dirs.contains(&parent) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "no such directory",
+            ));
+        }
+        // A new entry for the same file: like a creation, durable once its directory is
+        // synced (`take_image` keeps or drops an unsynced entry at random).
+        s.tick();
+        s.names.insert(to.to_owned(), id);
+        Ok(())
+    }
+
+    fn link_count(&self, path: &Path) -> std::io::Result<u64> {
+        let s = self.lock();
+        let id = *s
+            .names
+            .get(path)
+            .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"))?;
+        Ok(s.names.values().filter(|&&i| i == id).count() as u64)
     }
 
     fn list_dir(&self, dir: &Path) -> std::io::Result<Vec<String>> {

@@ -17,6 +17,7 @@
 //! - `sealing.rs`: sealing segments, inline or in the background.
 //! - `read.rs`: batched reads, time lookups, message ids for de-duplication.
 //! - `retention.rs`: deleting whole sealed segments.
+//! - `snapshot.rs`: the files of a consistent copy of the log (links and copies).
 //! - `summaries.rs`: the `sealed.sum` cache that spares open a read per segment.
 //! - `eviction.rs`: bounds on open files and loaded indexes.
 //! - `segment/`: one segment file and its index.
@@ -32,10 +33,12 @@ mod retention;
 mod roll;
 mod sealing;
 pub mod segment;
+mod snapshot;
 mod summaries;
 
 use append::Pending;
 use sealing::Sealing;
+pub use snapshot::CopyStats;
 use summaries::Summaries;
 
 use std::path::{Path, PathBuf};

@@ -122,11 +122,13 @@ impl TopicLog {
         for seg in removed {
             tracing::info!(segment = %seg.path.display(), next = seg.next(), "deleted a segment (retention or deleted records)");
             // Kept for a roll to overwrite (every block of it written once, so no zeros
-            // ahead), unless a reader still holds it: its open descriptor would then read
-            // the new records where it expects the old ones.
+            // ahead), unless a reader still holds it (its open descriptor would then read
+            // the new records where it expects the old ones) or another name does (a
+            // snapshot's hard link: overwriting would change the snapshot).
             if self.cfg.preallocate
                 && self.recycled.len() < MAX_RECYCLED
                 && Arc::strong_count(seg) == 1
+                && self.fs.link_count(&seg.path).is_ok_and(|n| n == 1)
             {
                 seg.close_file();
                 let mut name = seg.path.clone().into_os_string();

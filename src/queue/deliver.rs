@@ -20,6 +20,7 @@ use crate::catalog::{Op, Snapshotter};
 use crate::error::Result;
 use crate::format::record::Record;
 use crate::names;
+use crate::options::MAX_MS;
 
 /// Records read ahead per group.
 const PREFETCH_RECORDS: usize = 1024;
@@ -154,7 +155,11 @@ impl Engine {
             topic: t,
             group: g,
             name,
-            ack_deadline: how.ack_deadline.filter(|d| !d.is_zero()),
+            // Bounded like every time setting, so `Instant` math cannot overflow.
+            ack_deadline: how
+                .ack_deadline
+                .filter(|d| !d.is_zero())
+                .map(|d| d.min(Duration::from_millis(MAX_MS))),
         };
         Ok((r, open))
     }

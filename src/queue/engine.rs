@@ -39,6 +39,10 @@ pub struct Engine {
     /// failed; under `Sync=Always` every record, once a sync made it visible): the runtime
     /// wakes its consumers. Shared with each topic's log (`TopicLog::set_on_visible`).
     pub(super) on_visible: Arc<std::sync::OnceLock<OnVisible>>,
+    /// Held to read by whatever deletes segment files (retention, `delete_records_before`),
+    /// to write by a snapshot: the files it plans to link or copy stay until it has.
+    /// Taken before any other lock.
+    pub(super) deletions: RwLock<()>,
     _lock: DirLock,
 }
 
@@ -63,6 +67,12 @@ impl Engine {
                 std::io::Error::new(std::io::ErrorKind::NotADirectory, "not a directory"),
             ));
         }
+        if fs
+            .is_dir(&dir.join(super::snapshot::INCOMPLETE_MARKER))
+            .is_some()
+        {
+            return Err(Error::IncompleteSnapshot { path: dir });
+        }
         fs.create_dir_all(&dir)?;
         let dir_lock = DirLock::acquire(&fs, &dir)?;
         fs.create_dir_all(&dir.join("topics"))?;
@@ -74,6 +84,7 @@ impl Engine {
             catalog,
             topics: RwLock::new(BTreeMap::new()),
             on_visible: Arc::new(std::sync::OnceLock::new()),
+            deletions: RwLock::new(()),
             _lock: dir_lock,
         };
         // Each table read once, not once per topic (thousands of topics open at once).

@@ -40,6 +40,8 @@
 //!   the clamp. Records deleted before a group finished them count as skipped.
 //! - `topic_config.rs`: a topic's overrides of the instance's retention settings.
 //!   Durable before they apply.
+//! - `snapshot.rs`: a consistent copy of the instance, taken while it runs. The copy is a
+//!   state a crash at one instant could have left.
 //! - `info.rs`: the public types, header names and state queries. `lib.rs` re-exports
 //!   every public item.
 //! - `names.rs`: topic and group names. A valid name is never a path.
@@ -66,6 +68,7 @@ mod nack;
 mod produce;
 mod reset;
 mod retention;
+mod snapshot;
 #[cfg(test)]
 mod test_support;
 mod topic;
@@ -83,6 +86,7 @@ pub use info::{
 };
 pub use key_order::MESSAGE_KEY_HEADER;
 pub use produce::Published;
+pub use snapshot::SnapshotInfo;
 pub use topic::Topic;
 pub use topic_config::TopicConfig;
 pub use unclean::{PANICKED_REASON, UNCLEAN_STOP_REASON};

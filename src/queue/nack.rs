@@ -10,7 +10,7 @@ use super::group_cell::group_ops;
 use super::{Engine, GroupRef, NackOutcome, Ticket, Topic};
 use crate::catalog::{AttemptRecord, Op};
 use crate::error::{Error, Result};
-use crate::options::MAX_NACK_REASON_BYTES;
+use crate::options::{MAX_MS, MAX_NACK_REASON_BYTES};
 
 impl Engine {
     /// Nacks a delivery: counts a failed attempt with `reason`, or dead-letters the
@@ -106,7 +106,9 @@ impl Engine {
     pub(super) fn not_before_ms(&self, attempt: u32, delay: Option<Duration>, now_ms: u64) -> u64 {
         let wait = delay
             .filter(|d| !d.is_zero())
-            .unwrap_or_else(|| self.opts.nack_backoff.delay(attempt));
+            .unwrap_or_else(|| self.opts.nack_backoff.delay(attempt))
+            // Bounded like every time setting (about 10 years).
+            .min(Duration::from_millis(MAX_MS));
         if wait.is_zero() {
             0
         } else {

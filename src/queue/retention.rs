@@ -17,6 +17,17 @@ impl Engine {
     /// a writer's lock across a sync). Every topic is tried; the first failure is returned
     /// after (one poisoned topic must not keep the others' old segments).
     pub fn apply_retention(&self, now_ms: u64, wait: bool) -> Result<()> {
+        // Not while a snapshot links files: an explicit call waits for it, the background
+        // one leaves the pass for its next check.
+        let _files = if wait {
+            self.deletions.read().unwrap_or_else(|e| e.into_inner())
+        } else {
+            match self.deletions.try_read() {
+                Ok(g) => g,
+                Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => return Ok(()),
+            }
+        };
         let mut first = Ok(());
         for t in self.all_topics() {
             let before = t.reader.earliest();
@@ -67,6 +78,8 @@ impl Engine {
         let Some(t) = self.topic(topic) else {
             return Ok(0);
         };
+        // Waits for a snapshot that is linking files (see `Engine::deletions`).
+        let _files = self.deletions.read().unwrap_or_else(|e| e.into_inner());
         let mut w = lock(&t.writer);
         let target = offset.min(t.reader.next());
         let before = t.reader.earliest();

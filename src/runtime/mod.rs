@@ -35,7 +35,9 @@ use crate::format::Headers;
 use crate::format::record::Record;
 use crate::io::Fs;
 use crate::options::{Options, SyncPolicy};
-use crate::queue::{Engine, GroupInfo, NackOutcome, OffsetReset, TopicConfig, TopicInfo};
+use crate::queue::{
+    Engine, GroupInfo, NackOutcome, OffsetReset, SnapshotInfo, TopicConfig, TopicInfo,
+};
 use syncer::Syncer;
 
 /// Milliseconds since the Unix epoch, now.
@@ -324,6 +326,27 @@ impl Embedded {
     /// `Commit Interval Ms`).
     pub fn commit(&self) -> Result<()> {
         self.engine()?.commit_groups(false)
+    }
+
+    /// Copies the instance into `dest` (see [`crate::Spool::snapshot`]). The copy runs on
+    /// a thread of its own (`spool-snapshot`): it can take long, and no runtime thread
+    /// should block that long. A dropped future leaves it running to its end.
+    pub async fn snapshot(&self, dest: &std::path::Path) -> Result<SnapshotInfo> {
+        let engine = self.engine()?;
+        let dest = dest.to_owned();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        std::thread::Builder::new()
+            .name("spool-snapshot".into())
+            .spawn(move || {
+                let _ = tx.send(engine.snapshot(&dest));
+            })
+            .map_err(|e| Error::io("starting the snapshot thread", e))?;
+        rx.await.unwrap_or_else(|_| {
+            Err(Error::io(
+                "taking a snapshot",
+                std::io::Error::other("the snapshot thread panicked"),
+            ))
+        })
     }
 }
 
