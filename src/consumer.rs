@@ -70,7 +70,8 @@ impl ConsumerBuilder {
     /// - The key is the `message-key` header ([`crate::consts::MESSAGE_KEY_HEADER`]).
     /// - Messages without it are not ordered among themselves.
     /// - The cursor stays the ack floor.
-    /// - The group uses the value of its latest `build`, as for `max_in_flight`.
+    /// - The group orders by key while any consumer built with `key_ordered()` is open;
+    ///   its other consumers follow the same order meanwhile.
     pub fn key_ordered(mut self) -> Self {
         self.cfg.key_ordered = true;
         self

@@ -151,7 +151,8 @@ async fn an_auto_ack_consumer_gets_a_message_again_after_its_deadline() {
     let dir = tempfile::tempdir().unwrap();
     let mq = open(dir.path(), "");
     publish_n(&mq, TOPIC, 2).await;
-    let deadline = Duration::from_millis(100);
+    // Long enough for the last `recv` to come well before the redelivery's deadline.
+    let deadline = Duration::from_secs(2);
     let mut c = mq
         .consumer(TOPIC, GROUP)
         .ack_deadline(deadline)

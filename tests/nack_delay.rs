@@ -64,12 +64,15 @@ async fn with_more_in_flight_later_messages_go_on_and_the_waiting_one_comes_firs
     let mut c = manual(&mq, TOPIC, GROUP, 2);
     let first = recv(&mut c).await;
     assert_eq!(first.offset(), 0);
-    let delay = Duration::from_millis(400);
-    let start = Instant::now();
-    first.nack_with_delay("later", delay).await.unwrap();
-    // Later messages flow meanwhile; the cursor stays at the waiting one.
+    let out = first
+        .nack_with_delay("later", Duration::from_secs(3))
+        .await
+        .unwrap();
+    let at = out.redeliver_at.expect("delayed");
+    // Later messages flow meanwhile (with a wide margin before it is due); the cursor
+    // stays at the waiting one.
     let mut next = 1;
-    while start.elapsed() < delay / 2 && next < 5 {
+    while next < 5 && SystemTime::now() + Duration::from_millis(500) < at {
         let d = recv(&mut c).await;
         assert_eq!(d.offset(), next);
         d.ack().await.unwrap();
@@ -77,7 +80,8 @@ async fn with_more_in_flight_later_messages_go_on_and_the_waiting_one_comes_firs
     }
     assert!(next > 1, "nothing after the waiting message was delivered");
     assert_eq!(mq.group_info(TOPIC, GROUP).unwrap().cursor, 0);
-    tokio::time::sleep(delay.saturating_sub(start.elapsed())).await;
+    let wait = at.duration_since(SystemTime::now()).unwrap_or_default();
+    tokio::time::sleep(wait).await;
     let d = recv(&mut c).await;
     assert_eq!((d.offset(), d.attempt()), (0, 2), "due: it comes first");
     d.ack().await.unwrap();

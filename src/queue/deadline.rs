@@ -20,6 +20,10 @@ pub const ACK_DEADLINE_REASON: &str = "ack deadline exceeded";
 impl Engine {
     /// Takes back every delivery of the group whose deadline passed by `now`, each as a
     /// failed attempt: redelivered (after the backoff) or dead-lettered at the limit.
+    /// A failure is logged and the rest go on (as for `dead_letter_charged_out`): the
+    /// caller's own work, an auto-ack for one, must not be lost to it. A failed attempt
+    /// commit leaves the offset waiting, uncounted; a failed dead-letter copy leaves it
+    /// waiting too.
     pub(super) fn expire_due(
         &self,
         t: &Topic,
@@ -27,16 +31,18 @@ impl Engine {
         g: &mut Group,
         now: Instant,
         now_ms: u64,
-    ) -> Result<()> {
+    ) {
         if g.deadlines.is_empty() {
-            return Ok(());
+            return;
         }
         for offset in g.expired(now) {
             g.take_out(offset);
             let failure = Failure::backoff(ACK_DEADLINE_REASON);
-            self.nack_taken(t, group, g, offset, failure, now_ms)?;
+            if let Err(e) = self.nack_taken(t, group, g, offset, failure, now_ms) {
+                tracing::warn!(topic = %t.name, group = %group, offset, error = %e,
+                    "taking back a delivery whose ack deadline passed failed; it stays waiting");
+            }
         }
-        Ok(())
     }
 
     /// Refuses `ticket` with `DeliveryExpired` if it is still out but its deadline has
@@ -54,7 +60,7 @@ impl Engine {
         if at > Instant::now() || !g.holds(ticket.offset, ticket.epoch, ticket.token) {
             return Ok(());
         }
-        self.expire_due(&r.topic, &r.name, g, Instant::now(), now_ms)?;
+        self.expire_due(&r.topic, &r.name, g, Instant::now(), now_ms);
         Err(expired(r, ticket.offset))
     }
 
@@ -84,7 +90,7 @@ impl Engine {
     /// nothing rings: the earliest time a waiting record comes due or a deadline passes.
     pub fn wake_at(&self, r: &GroupRef) -> Option<Instant> {
         let g = r.group.lock();
-        let (due_ms, deadline) = g.next_due();
+        let (due_ms, deadline) = g.next_due(wall_ms());
         let due = due_ms.map(|ms| {
             let due = UNIX_EPOCH + Duration::from_millis(ms);
             let wait = due.duration_since(SystemTime::now()).unwrap_or_default();

@@ -137,12 +137,18 @@ impl Engine {
             names::check(&dlq)?;
         }
         let t = self.topic_or_create(topic, now_ms)?;
-        let (g, open) = self.group_opened(&t, group, counted)?;
+        let (g, mut open) = self.group_opened(&t, group, counted)?;
         {
             let mut g = g.lock();
             g.max_in_flight = how.max_in_flight.max(1);
-            if how.key_ordered != g.keys.is_some() {
-                g.keys = how.key_ordered.then(KeyOrder::default);
+            if how.key_ordered {
+                match open.as_mut() {
+                    Some(open) => open.keep_key_order(&mut g),
+                    // Uncounted (tests): on for good.
+                    None => {
+                        g.keys.get_or_insert_with(KeyOrder::default);
+                    }
+                }
             }
         }
         let name: Arc<str> = Arc::from(group);
@@ -174,17 +180,21 @@ impl Engine {
         lend: bool,
     ) -> Result<Option<Handout>> {
         let mut g = r.group.lock();
-        if !g.deadlines.is_empty() {
-            // What expired first: its auto-ack (below) then finds it no longer held.
-            self.expire_due(&r.topic, &r.name, &mut g, Instant::now(), wall_ms())?;
-        }
         // A careful auto-ack (after an unclean stop) is committed, so that a crash does
         // not blame a record already finished; the next careful hand-out's commit carries
         // it, so careful mode costs one commit per record, not two.
         let mut owed = false;
         if let Some(prev) = ack_previous {
-            owed = finish_held(&mut g, prev) && prev.offset < g.careful_until;
+            // One whose deadline passed is not acked: the expiry below takes it back.
+            let expired = g
+                .deadlines
+                .get(&prev.offset)
+                .is_some_and(|at| *at <= Instant::now());
+            if !expired {
+                owed = finish_held(&mut g, prev) && prev.offset < g.careful_until;
+            }
         }
+        self.expire_due(&r.topic, &r.name, &mut g, Instant::now(), wall_ms());
         let handout = self.hand_out_next(r, &mut g, lend, &mut owed);
         if owed {
             let ops = group_ops(&r.topic.name, &r.name, &mut g);
@@ -205,9 +215,6 @@ impl Engine {
         let t = &r.topic;
         if !g.charged_out.is_empty() {
             self.dead_letter_charged_out(t, &r.name, g)?;
-        }
-        if g.keys.as_ref().is_some_and(|k| !k.complete()) {
-            self.know_keys(t, g)?;
         }
         let Some((offset, fresh, record, log_next)) = self.read_next(t, &r.name, g)? else {
             return Ok(None);
@@ -286,10 +293,23 @@ impl Engine {
         group: &str,
         g: &mut Group,
     ) -> Result<Option<(u64, bool, Record, u64)>> {
+        // After a fresh record was held back the waiting ones are as they were: only the
+        // fresh ones are looked at again (else a stuck key costs a scan per record).
+        let mut fresh_only = false;
         loop {
             self.clamp(t, group, g);
+            if g.keys.as_ref().is_some_and(|k| !k.complete()) {
+                // After the clamp: a clamp (retention, deleted records) forgets the keys.
+                self.know_keys(t, g)?;
+                fresh_only = false;
+            }
             let log_next = t.reader.next();
-            let Some(offset) = g.next_offset(log_next, wall_ms) else {
+            let next = if fresh_only {
+                g.next_fresh(log_next)
+            } else {
+                g.next_offset(log_next, wall_ms)
+            };
+            let Some(offset) = next else {
                 return Ok(None);
             };
             let fresh = !g.redeliver.contains(&offset);
@@ -312,6 +332,7 @@ impl Engine {
                         // Its key has an earlier record out or waiting: this one waits
                         // behind it, and the next fresh record may go.
                         g.hold_back(offset, key);
+                        fresh_only = true;
                         continue;
                     }
                 }

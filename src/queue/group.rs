@@ -136,6 +136,8 @@ pub struct Group {
     pub deadlines: BTreeMap<u64, Instant>,
     /// The keys of what is out or waiting, in a key-ordered group.
     pub keys: Option<KeyOrder>,
+    /// Open key-ordered consumers: the group orders by key while there is one.
+    pub key_ordered_consumers: usize,
 }
 
 /// What the waiting offsets offer a hand-out (see [`Group::pick_waiting`]).
@@ -206,6 +208,7 @@ impl Group {
             delayed: BTreeMap::new(),
             deadlines: BTreeMap::new(),
             keys: None,
+            key_ordered_consumers: 0,
         }
     }
 
@@ -370,6 +373,15 @@ impl Group {
                 Waiting::Nothing => {}
             }
         }
+        self.next_fresh(log_next)
+    }
+
+    /// The read position, if a fresh record may be handed out there (skipping offsets
+    /// already done above it). Not the waiting ones: see [`Group::next_offset`].
+    pub fn next_fresh(&mut self, log_next: u64) -> Option<u64> {
+        if self.in_flight.len() >= self.max_in_flight {
+            return None;
+        }
         while self.done_above.contains(&self.read_pos) {
             self.read_pos += 1;
         }
@@ -407,16 +419,31 @@ impl Group {
         self.check();
     }
 
-    /// When the group next has something to do on its own: the earliest time a waiting
-    /// offset becomes due (wall clock, ms) and the earliest deadline of one out.
-    pub fn next_due(&self) -> (Option<u64>, Option<Instant>) {
-        let due = self
-            .delayed
-            .iter()
-            .filter(|(o, _)| self.keys.as_ref().is_none_or(|k| k.may_redeliver(**o)))
-            .map(|(_, &at)| at)
-            .min();
-        (due, self.deadlines.values().min().copied())
+    /// When the group next has something to do on its own: the earliest time (wall
+    /// clock, ms, after `now_ms`) a waiting offset becomes due and could then go, and the
+    /// earliest deadline of one out. A due time that could not go (the slots are full,
+    /// an earlier one waits in strict order, its key is out) is not one: an ack or the
+    /// earlier one's turn wakes the consumer then.
+    pub fn next_due(&self, now_ms: u64) -> (Option<u64>, Option<Instant>) {
+        let deadline = self.deadlines.values().min().copied();
+        if self.in_flight.len() >= self.max_in_flight {
+            return (None, deadline);
+        }
+        let strict = self.max_in_flight == 1;
+        let may_go = |o: &u64| self.keys.as_ref().is_none_or(|k| k.may_redeliver(*o));
+        let due = if strict {
+            self.redeliver
+                .first()
+                .and_then(|o| self.delayed.get(o))
+                .copied()
+        } else {
+            self.delayed
+                .iter()
+                .filter(|(o, _)| may_go(o))
+                .map(|(_, &at)| at)
+                .min()
+        };
+        (due.filter(|&at| at > now_ms), deadline)
     }
 
     /// Offsets out whose ack deadline has passed at `now`.
@@ -870,6 +897,48 @@ mod tests {
         });
         assert!(!h.cut_back_to(8));
         assert_eq!((h.cursor, h.read_pos), (5, 5));
+    }
+
+    /// Found by review: a waiting consumer was rung every millisecond for a record that
+    /// was due but could not go (the slots full, or an earlier one waiting in strict
+    /// order). `next_due` gives only times at which something could go.
+    #[test]
+    fn next_due_names_only_what_could_go_then() {
+        let mut g = Group::new(0);
+        g.max_in_flight = 2;
+        for o in 0..2 {
+            assert_eq!(g.next_offset(3, || 0), Some(o));
+            g.hand_out(o);
+        }
+        // 0 waits until 100; 1 is out; the fresh 2 goes out: the slots are full.
+        g.take_out(0);
+        g.wait_again(0, 100);
+        assert_eq!(g.next_offset(3, || 10), Some(2));
+        g.hand_out(2);
+        assert_eq!(
+            g.next_due(10),
+            (None, None),
+            "no slot: an ack wakes the consumer"
+        );
+        g.take_out(2);
+        g.finish(2);
+        assert_eq!(g.next_due(10).0, Some(100));
+        assert_eq!(
+            g.next_due(100).0,
+            None,
+            "due already: no timer, it goes now"
+        );
+        // Strict order: only the first waiting one's time counts.
+        let mut s = Group::new(0);
+        for o in 0..2 {
+            s.hand_out(o);
+            s.take_out(o);
+        }
+        s.wait_again(0, 500);
+        s.wait_again(1, 50);
+        assert_eq!(s.next_due(10).0, Some(500));
+        assert_eq!(s.next_offset(2, || 60), None, "1 is due but waits behind 0");
+        s.check();
     }
 
     fn grp_attempts(g: &Group) -> Vec<u64> {

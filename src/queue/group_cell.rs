@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 
 use super::engine::lock;
 use super::group::Group;
+use super::key_order::KeyOrder;
 use super::{Engine, Topic};
 use crate::catalog::Op;
 use crate::error::{Error, Result};
@@ -73,13 +74,34 @@ impl GroupCell {
 }
 
 /// An open consumer of a group: counted while it lives, so the group is not deleted
-/// under it (`Engine::delete_group`).
+/// under it (`Engine::delete_group`). A key-ordered one also keeps the group's key order
+/// on (`Group::key_ordered_consumers`).
 #[derive(Debug)]
-pub struct OpenConsumer(Arc<GroupCell>);
+pub struct OpenConsumer {
+    cell: Arc<GroupCell>,
+    key_ordered: bool,
+}
+
+impl OpenConsumer {
+    /// Counts this consumer as key-ordered: the group orders by key until it is dropped.
+    pub(super) fn keep_key_order(&mut self, g: &mut Group) {
+        debug_assert!(!self.key_ordered);
+        self.key_ordered = true;
+        g.key_ordered_consumers += 1;
+        g.keys.get_or_insert_with(KeyOrder::default);
+    }
+}
 
 impl Drop for OpenConsumer {
     fn drop(&mut self) {
-        self.0.consumers.fetch_sub(1, Ordering::AcqRel);
+        if self.key_ordered {
+            let mut g = self.cell.lock();
+            g.key_ordered_consumers -= 1;
+            if g.key_ordered_consumers == 0 {
+                g.keys = None;
+            }
+        }
+        self.cell.consumers.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -109,7 +131,10 @@ impl Engine {
             .clone();
         let open = consumer.then(|| {
             cell.consumers.fetch_add(1, Ordering::AcqRel);
-            OpenConsumer(cell.clone())
+            OpenConsumer {
+                cell: cell.clone(),
+                key_ordered: false,
+            }
         });
         Ok((cell, open))
     }

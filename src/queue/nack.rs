@@ -112,8 +112,10 @@ impl Engine {
         if wait.is_zero() {
             0
         } else {
-            let ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX).max(1);
-            now_ms.saturating_add(ms)
+            // `now_ms` is the millisecond's floor: one more, so that a record due at this
+            // time (compared with the clock's floor too) never comes before `wait` passed.
+            let ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
+            now_ms.saturating_add(ms).saturating_add(1)
         }
     }
 }

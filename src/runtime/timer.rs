@@ -6,7 +6,7 @@
 //! then is skipped (the timer holds only a weak reference).
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashSet};
+use std::collections::{BinaryHeap, HashMap};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
 use std::time::Instant;
 
@@ -20,28 +20,29 @@ struct Timers {
 
 #[derive(Default)]
 struct State {
-    /// (when, which wake-up) by time; `Reverse` makes the heap's top the earliest.
+    /// (when, which wake-up) by time; `Reverse` makes the heap's top the earliest. An
+    /// entry no longer in `pending` (an earlier ring replaced it) is skipped.
     due: BinaryHeap<Reverse<(Instant, usize)>>,
-    /// What each queued ring rings, and whether it is queued (one ring per time and
-    /// wake-up, however often a consumer parks before it).
-    queued: HashSet<(Instant, usize)>,
-    wakeups: Vec<(usize, Weak<Wakeup>)>,
+    /// Each wake-up's one pending ring: a consumer that parks again and again before it
+    /// asks for no second one (the ring makes it look, and ask again, anyway).
+    pending: HashMap<usize, (Instant, Weak<Wakeup>)>,
 }
 
-/// Rings `wakeup` at `at` (at once if `at` has passed).
+/// Rings `wakeup` at `at` (at once if `at` has passed), unless a ring at or before `at`
+/// is pending for it already.
 pub(crate) fn ring_at(at: Instant, wakeup: &Arc<Wakeup>) {
     let timers = timers();
     let key = Arc::as_ptr(wakeup) as usize;
     let mut s = timers.state.lock().unwrap_or_else(|e| e.into_inner());
-    if !s.queued.insert((at, key)) {
+    // A wake-up freed and another made at its address: the old entry is not its ring.
+    if let Some((when, w)) = s.pending.get(&key)
+        && *when <= at
+        && w.strong_count() > 0
+    {
         return;
     }
+    s.pending.insert(key, (at, Arc::downgrade(wakeup)));
     s.due.push(Reverse((at, key)));
-    // A wake-up freed and another made at its address: the new one takes the entry.
-    match s.wakeups.iter_mut().find(|(k, _)| *k == key) {
-        Some(entry) => entry.1 = Arc::downgrade(wakeup),
-        None => s.wakeups.push((key, Arc::downgrade(wakeup))),
-    }
     drop(s);
     timers.changed.notify_one();
 }
@@ -73,16 +74,12 @@ fn run(t: &'static Timers) {
             }
             Some((at, key)) => {
                 s.due.pop();
-                s.queued.remove(&(at, key));
-                let w = s
-                    .wakeups
-                    .iter()
-                    .find(|(k, _)| *k == key)
-                    .map(|(_, w)| w.clone());
-                // A wake-up nothing else waits on any more is forgotten.
-                if !s.queued.iter().any(|(_, k)| *k == key) {
-                    s.wakeups.retain(|(k, _)| *k != key);
-                }
+                let ours = s.pending.get(&key).is_some_and(|(when, _)| *when == at);
+                let w = if ours {
+                    s.pending.remove(&key).map(|(_, w)| w)
+                } else {
+                    None
+                };
                 drop(s);
                 if let Some(w) = w.and_then(|w| w.upgrade()) {
                     w.wake_all();
@@ -90,5 +87,38 @@ fn run(t: &'static Timers) {
                 s = t.state.lock().unwrap_or_else(|e| e.into_inner());
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pending(w: &Arc<Wakeup>) -> Option<Instant> {
+        let key = Arc::as_ptr(w) as usize;
+        let s = timers().state.lock().unwrap_or_else(|e| e.into_inner());
+        s.pending.get(&key).map(|(at, _)| *at)
+    }
+
+    /// A consumer that parks many times before its ring asks for one ring, the earliest.
+    #[test]
+    fn one_ring_is_pending_per_wake_up_the_earliest() {
+        let w = Arc::new(Wakeup::default());
+        let base = Instant::now() + std::time::Duration::from_secs(3600);
+        for i in 0..100u64 {
+            ring_at(base + std::time::Duration::from_nanos(i), &w);
+        }
+        assert_eq!(pending(&w), Some(base));
+        let sooner = base - std::time::Duration::from_secs(1);
+        ring_at(sooner, &w);
+        assert_eq!(pending(&w), Some(sooner));
+        let rings = w.rings();
+        ring_at(Instant::now(), &w);
+        let start = Instant::now();
+        while w.rings() == rings && start.elapsed() < std::time::Duration::from_secs(20) {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert!(w.rings() > rings, "a ring that is due rings");
+        assert_eq!(pending(&w), None);
     }
 }
