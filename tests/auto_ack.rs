@@ -257,6 +257,39 @@ async fn the_background_commit_persists_auto_acks_within_the_commit_interval() {
     assert_eq!(d.offset(), 2, "only the delivery that was out is replayed");
 }
 
+/// Child role: auto-acks 0..3 of 100 records lent to it (the rest of the loan still
+/// unread), touches nothing else of the group, waits a hundred commit intervals, aborts.
+#[tokio::test]
+async fn child_auto_acks_part_of_a_loan_waits_then_is_killed() {
+    let Some((role, dir)) = common_groups::child_role() else {
+        return;
+    };
+    assert_eq!(role, "auto-ack-loan-kill");
+    let mq = open(&dir, "Commit Interval Ms=10");
+    let mut c = mq.consumer(TOPIC, GROUP).build().unwrap();
+    for o in 0..4 {
+        assert_eq!(recv(&mut c).await.offset(), o);
+    }
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    std::process::abort();
+}
+
+/// The commit tick walks the groups only when one turned dirty (issue 31 point 5); a
+/// loan of read-ahead records marks its group when it is made, so the tick still takes
+/// back a loan nobody touches and persists the auto-acks made through it.
+#[tokio::test]
+async fn the_background_commit_persists_auto_acks_made_through_a_loan() {
+    let dir = common_groups::publish_then_abort_child(
+        TOPIC,
+        100,
+        "child_auto_acks_part_of_a_loan_waits_then_is_killed",
+        "auto-ack-loan-kill",
+    )
+    .await;
+    let mq = open(dir.path(), "");
+    assert_eq!(cursor(&mq), 3, "the auto-acks of 0, 1 and 2 were committed");
+}
+
 // An auto-ack consumer is lent the records it reads ahead and hands them out without the
 // group lock; every other operation on the group takes the loan back first. These check
 // that nothing about the rules above changes with a loan outstanding.

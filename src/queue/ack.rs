@@ -142,7 +142,7 @@ impl Engine {
         if g.holds(ticket.offset, ticket.epoch, ticket.token) {
             g.take_out(ticket.offset);
             g.wait_again(ticket.offset, 0);
-            g.dirty = true;
+            g.mark_dirty();
             g.check();
         }
     }

@@ -405,7 +405,7 @@ impl Engine {
             }
             // The next commit of the group's image carries the lease: the ticker's
             // (`commit_groups`) or a durable ack's (`GroupSnapshotter::landed`).
-            Lease::Defer => g.dirty = true,
+            Lease::Defer => g.mark_dirty(),
             Lease::Covered => {}
         }
         Ok(())

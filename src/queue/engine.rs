@@ -43,6 +43,9 @@ pub struct Engine {
     /// to write by a snapshot: the files it plans to link or copy stay until it has.
     /// Taken before any other lock.
     pub(super) deletions: RwLock<()>,
+    /// Some group turned dirty since the ticker last looked (`Group::dirty_signal`, shared
+    /// by every group): the commit tick walks the groups only then.
+    pub(super) groups_dirty: Arc<std::sync::atomic::AtomicBool>,
     _lock: DirLock,
 }
 
@@ -85,6 +88,7 @@ impl Engine {
             topics: RwLock::new(BTreeMap::new()),
             on_visible: Arc::new(std::sync::OnceLock::new()),
             deletions: RwLock::new(()),
+            groups_dirty: Arc::default(),
             _lock: dir_lock,
         };
         // Each table read once, not once per topic (thousands of topics open at once).
@@ -147,6 +151,7 @@ impl Engine {
                 continue;
             };
             let mut g = Group::from_record(&rec);
+            g.dirty_signal = self.groups_dirty.clone();
             g.attempts = self.catalog.attempts(&topic, &group)?;
             let next = t.reader.next();
             if g.cut_back_to(next) {

@@ -16,7 +16,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use super::key_order::KeyOrder;
@@ -110,8 +110,12 @@ pub struct Group {
     /// After an unclean stop: hand-outs below this are committed first (exact crash blame).
     pub careful_until: u64,
     pub max_in_flight: usize,
-    /// Memory is ahead of the catalog (auto-acks, hand-outs).
+    /// Memory is ahead of the catalog (auto-acks, hand-outs). Set with
+    /// [`Group::mark_dirty`], which also tells the ticker (`dirty_signal`).
     pub dirty: bool,
+    /// Shared by every group of the instance: some group became dirty since the ticker's
+    /// last look, so its commit tick walks the groups only then (`commit_groups`).
+    pub dirty_signal: Arc<AtomicBool>,
     /// Attempt rows to delete at the next commit (offsets auto-acked after a nack).
     pub stale_attempts: Vec<u64>,
     /// Redeliveries a panic charge took to the attempt limit: dead-lettered by the next
@@ -198,6 +202,7 @@ impl Group {
             careful_until: 0,
             max_in_flight: 1,
             dirty: false,
+            dirty_signal: Arc::default(),
             stale_attempts: Vec::new(),
             charged_out: Vec::new(),
             next_token: 1,
@@ -209,6 +214,16 @@ impl Group {
             deadlines: BTreeMap::new(),
             keys: None,
             key_ordered_consumers: 0,
+        }
+    }
+
+    /// Memory is now ahead of the catalog: the ticker's next commit takes this group.
+    /// The shared signal is touched only when the group turns dirty (once per tick at
+    /// most), not per hand-out.
+    pub fn mark_dirty(&mut self) {
+        if !self.dirty {
+            self.dirty = true;
+            self.dirty_signal.store(true, Ordering::Release);
         }
     }
 
@@ -318,7 +333,7 @@ impl Group {
             self.stale_attempts.push(o);
         }
         self.prefetch.retain(|r| r.offset < next);
-        self.dirty = true;
+        self.mark_dirty();
         true
     }
 
@@ -351,7 +366,7 @@ impl Group {
             self.prefetch.pop_front();
         }
         self.skipped += skipped;
-        self.dirty = true;
+        self.mark_dirty();
         self.advance();
         skipped
     }
@@ -504,7 +519,7 @@ impl Group {
         let token = self.next_token;
         self.next_token += 1;
         self.in_flight.insert(offset, token);
-        self.dirty = true;
+        self.mark_dirty();
         self.check();
         token
     }
@@ -529,7 +544,7 @@ impl Group {
             token,
             next: next.clone(),
         });
-        self.dirty = true;
+        self.mark_dirty();
         self.check();
         (token, next)
     }
@@ -558,7 +573,7 @@ impl Group {
             }
         }
         self.in_flight.insert(out, l.token);
-        self.dirty = true;
+        self.mark_dirty();
         self.check();
     }
 
@@ -625,7 +640,7 @@ impl Group {
             self.cursor += 1;
             self.advance();
         }
-        self.dirty = true;
+        self.mark_dirty();
         self.check();
     }
 
@@ -674,7 +689,7 @@ impl Group {
         self.stale_attempts.clear();
         self.prefetch.clear();
         self.careful_until = 0;
-        self.dirty = true;
+        self.mark_dirty();
         self.check();
     }
 

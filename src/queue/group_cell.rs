@@ -125,7 +125,8 @@ impl Engine {
             .entry(name.to_owned())
             .or_insert_with(|| {
                 let mut g = Group::new(t.reader.earliest());
-                g.dirty = true;
+                g.dirty_signal = self.groups_dirty.clone();
+                g.mark_dirty();
                 GroupCell::new(g)
             })
             .clone();
@@ -199,6 +200,13 @@ impl Engine {
         // Each group's image queued under its lock: a change another thread commits after
         // the lock is released must land after it (ops taken for all groups and queued at
         // the end could undo a reset and a nack committed in between).
+        // No group turned dirty since the last look: nothing to walk (an idle instance
+        // with thousands of topics costs nothing per tick). A loan of records to an
+        // auto-ack consumer marks its group dirty when made, so the tick that follows
+        // still takes it back and persists its auto-acks.
+        if !closing && !self.groups_dirty.swap(false, Ordering::AcqRel) {
+            return Ok(());
+        }
         let mut queued = self.catalog.queue();
         // Each image carries its group's lease: once durable, hand-outs may use it (a
         // deferred extension, `Lease::Defer`, lands this way).

@@ -32,6 +32,11 @@ impl Engine {
         for t in self.all_topics() {
             let before = t.reader.earliest();
             let r = self.retention_of(&t);
+            if r.keeps_everything() {
+                // Nothing to delete: its writer's lock is not taken (the background pass
+                // of thousands of such topics costs next to nothing).
+                continue;
+            }
             // Before the writer's lock: a group's lock comes first.
             let finished = match r.policy {
                 RetentionPolicy::Acked => self.finished_by_all(&t),

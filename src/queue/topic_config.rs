@@ -71,6 +71,13 @@ pub(super) struct Retention {
     pub policy: RetentionPolicy,
 }
 
+impl Retention {
+    /// No limit and no work-queue policy: retention deletes nothing.
+    pub fn keeps_everything(&self) -> bool {
+        self.bytes == 0 && self.ms == 0 && self.policy == RetentionPolicy::Limits
+    }
+}
+
 impl Engine {
     /// Sets `topic`'s overrides (creating the topic if new), durably; they replace the
     /// ones set before. Retention applies them from its next pass.

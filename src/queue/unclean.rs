@@ -40,7 +40,7 @@ impl Engine {
         }
         g.attempts.insert(offset, rec.clone());
         g.wait_again(offset, rec.not_before_ms);
-        g.dirty = true;
+        g.mark_dirty();
         g.check();
         let (topic, group) = (r.topic.name.clone(), r.name.to_string());
         let mut ops = group_ops(&topic, &group, &mut g);
