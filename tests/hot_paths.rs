@@ -205,8 +205,11 @@ async fn consume_per_message(o: Options, manual: bool) -> f64 {
 /// Issue 27 point 1: delays cost nothing on the hot path of a group that never delays.
 /// With a `Nack Backoff` set (so every nack would wait) and no nack made, a consumer
 /// allocates per message what it does without one: an auto-ack one (which reads in
-/// batches: a fraction of an allocation per message) within 0.02, a manual-ack one
-/// (whose awaited acks are a catalog commit each: hundreds) within 1%.
+/// batches: a fraction of an allocation per message) within 0.25, a manual-ack one
+/// (whose awaited acks are a catalog commit each: hundreds) within 1%. The slack is the
+/// lease's catalog commits (a few hundred allocations each, one per 2,000-16,000
+/// hand-outs), which fall inside or outside the measured 4,000 as timing has it; a cost
+/// per message would be at least one allocation each.
 #[tokio::test(flavor = "current_thread")]
 async fn a_group_that_never_delays_pays_nothing_for_delays() {
     let _turn = ONE_AT_A_TIME.lock().await;
@@ -224,7 +227,7 @@ async fn a_group_that_never_delays_pays_nothing_for_delays() {
         let allowed = if manual {
             without * 1.01
         } else {
-            without + 0.02
+            without + 0.25
         };
         assert!(
             with <= allowed,
