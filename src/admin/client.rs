@@ -4,7 +4,7 @@
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
@@ -12,6 +12,7 @@ use super::protocol::{
     FrameError, Hello, Payload, Request, Response, WireTopicConfig, decode, protocol_error,
     read_frame, write_frame,
 };
+use super::server::IDLE_TIMEOUT;
 use super::socket_path;
 use crate::error::{Error, Result};
 use crate::format::Headers;
@@ -30,11 +31,15 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// A connection to the admin endpoint of the instance that owns a data directory: each
 /// call runs in the owner, so a consumer there sees a reset on its next `recv`.
 ///
-/// One connection, one call at a time (calls from several threads take turns). After a
-/// failed exchange (a time-out, a closed connection) every later call fails: connect again.
+/// One connection, one call at a time (calls from several threads take turns). A client
+/// idle for longer than the owner keeps a silent connection reconnects by itself before
+/// its next call. After a failed exchange (a time-out, a closed connection) every later
+/// call fails: connect again.
 #[derive(Debug)]
 pub struct Client {
     conn: Mutex<Conn>,
+    /// The data directory, canonical.
+    dir: PathBuf,
     socket: PathBuf,
     server_version: String,
 }
@@ -44,6 +49,57 @@ struct Conn {
     stream: UnixStream,
     timeout: Duration,
     broken: bool,
+    /// When the last answer came: a connection idle for near the owner's idle time-out
+    /// is replaced before the next call rather than found closed by it.
+    last: Instant,
+}
+
+/// A connection idle this long is replaced before its next call (the owner closes one
+/// idle for `IDLE_TIMEOUT`).
+const REDIAL_AFTER: Duration = IDLE_TIMEOUT.saturating_sub(Duration::from_secs(5));
+
+/// Connects to `socket` and says hello: the stream and the owner's version, or `None`
+/// when nobody serves there (a dead owner's socket) or the owner is closing.
+fn dial(dir: &Path, socket: &Path) -> Result<Option<(UnixStream, String)>> {
+    let ctx = || format!("connecting to the admin endpoint {}", socket.display());
+    let stream = match UnixStream::connect(socket) {
+        Ok(s) => s,
+        Err(e) => {
+            use std::io::ErrorKind as K;
+            return match e.kind() {
+                K::NotFound | K::ConnectionRefused => Ok(None),
+                _ => Err(transport(ctx(), e)),
+            };
+        }
+    };
+    stream
+        .set_read_timeout(Some(CONNECT_TIMEOUT))
+        .and_then(|()| stream.set_write_timeout(Some(CONNECT_TIMEOUT)))
+        .map_err(|e| transport(ctx(), e))?;
+    write_frame(&mut &stream, &Hello::current()).map_err(|e| transport(ctx(), e))?;
+    let body = match read_frame(&mut &stream) {
+        Ok(b) => b,
+        // Accepted, then closed unanswered: the owner is closing.
+        Err(FrameError::Closed) => return Ok(None),
+        Err(e) => return Err(frame_error(ctx(), e)),
+    };
+    let (served, server_version) = match decode::<Response>(&body) {
+        Ok(Response::Hello {
+            data_dir, server, ..
+        }) => (data_dir, server),
+        Ok(Response::Error(e)) => return Err(e.into_error()),
+        Ok(other) => return Err(protocol_error(format!("a hello answered with {other:?}"))),
+        Err(e) => return Err(protocol_error(format!("an undecodable hello ({e})"))),
+    };
+    if served != dir {
+        return Err(protocol_error(format!(
+            "the socket {} serves {}, not {}",
+            socket.display(),
+            served.display(),
+            dir.display()
+        )));
+    }
+    Ok(Some((stream, server_version)))
 }
 
 fn transport(context: String, e: std::io::Error) -> Error {
@@ -63,52 +119,17 @@ impl Client {
         let Some(socket) = socket_path::find(&dir)? else {
             return Ok(None);
         };
-        let ctx = || format!("connecting to the admin endpoint {}", socket.display());
-        let stream = match UnixStream::connect(&socket) {
-            Ok(s) => s,
-            Err(e) => {
-                use std::io::ErrorKind as K;
-                return match e.kind() {
-                    K::NotFound | K::ConnectionRefused => Ok(None),
-                    _ => Err(transport(ctx(), e)),
-                };
-            }
+        let Some((stream, server_version)) = dial(&dir, &socket)? else {
+            return Ok(None);
         };
-        let set = |t| {
-            stream
-                .set_read_timeout(Some(t))
-                .and_then(|()| stream.set_write_timeout(Some(t)))
-        };
-        set(CONNECT_TIMEOUT).map_err(|e| transport(ctx(), e))?;
-        write_frame(&mut &stream, &Hello::current()).map_err(|e| transport(ctx(), e))?;
-        let body = match read_frame(&mut &stream) {
-            Ok(b) => b,
-            // Accepted, then closed unanswered: the owner is closing.
-            Err(FrameError::Closed) => return Ok(None),
-            Err(e) => return Err(frame_error(ctx(), e)),
-        };
-        let (served, server_version) = match decode::<Response>(&body) {
-            Ok(Response::Hello {
-                data_dir, server, ..
-            }) => (data_dir, server),
-            Ok(Response::Error(e)) => return Err(e.into_error()),
-            Ok(other) => return Err(protocol_error(format!("a hello answered with {other:?}"))),
-            Err(e) => return Err(protocol_error(format!("an undecodable hello ({e})"))),
-        };
-        if served != dir {
-            return Err(protocol_error(format!(
-                "the socket {} serves {}, not {}",
-                socket.display(),
-                served.display(),
-                dir.display()
-            )));
-        }
         Ok(Some(Client {
             conn: Mutex::new(Conn {
                 stream,
                 timeout: DEFAULT_TIMEOUT,
                 broken: false,
+                last: Instant::now(),
             }),
+            dir,
             socket,
             server_version,
         }))
@@ -143,6 +164,19 @@ impl Client {
                 std::io::Error::other("an earlier call on this connection failed; connect again"),
             ));
         }
+        if conn.last.elapsed() >= REDIAL_AFTER {
+            match dial(&self.dir, &self.socket)? {
+                Some((stream, _)) => conn.stream = stream,
+                None => {
+                    conn.broken = true;
+                    let gone = "the owner no longer serves the directory (it closed)";
+                    return Err(transport(
+                        ctx(),
+                        std::io::Error::new(std::io::ErrorKind::NotConnected, gone),
+                    ));
+                }
+            }
+        }
         let t = conn.timeout.max(at_least);
         let stream = &conn.stream;
         let set = stream
@@ -161,6 +195,7 @@ impl Client {
             decode::<Response>(&body)
                 .map_err(|e| protocol_error(format!("an undecodable answer ({e})")))
         });
+        conn.last = Instant::now();
         match answer {
             Ok(Response::Error(e)) => Err(e.into_error()),
             Ok(r) => Ok(r),
