@@ -84,7 +84,9 @@ impl Server {
                 std::io::ErrorKind::NotFound.into(),
             )
         })?;
-        let runtime_dir = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from);
+        let runtime_dir = std::env::var_os("XDG_RUNTIME_DIR")
+            .map(PathBuf::from)
+            .filter(|d| private::is_dir(d));
         let placement = socket_path::place(&data_dir, runtime_dir.as_deref());
         let listener = bind(&data_dir, &placement)?;
         let shared = Arc::new(Shared {

@@ -13,6 +13,11 @@ pub fn canonical(path: &Path) -> Option<PathBuf> {
     std::fs::canonicalize(path).ok()
 }
 
+/// Whether `path` is a directory (followed if a link).
+pub fn is_dir(path: &Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| m.is_dir())
+}
+
 /// Whether `path` is a Unix socket (not followed if a link).
 pub fn is_socket(path: &Path) -> bool {
     std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket())
