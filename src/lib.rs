@@ -22,6 +22,8 @@
 //! - `spool`, `consumer`, `delivery`: the public handles. Each call forwards to a backend.
 //! - `backend`: the seam, one enum variant per backend (today `Embedded`).
 //! - `runtime`: the embedded backend. Its instance, consumers, deliveries and threads.
+//! - `admin`: the live instance's admin endpoint (socket, protocol, client); `runtime`
+//!   serves it.
 //! - `queue`: the semantics (publish and de-duplication, groups, ack/nack, dead-letter,
 //!   reset, retention). Synchronous; takes `now` as an argument.
 //! - `log` (one topic's segments; knows no groups) and `catalog` (the redb file; never
@@ -34,6 +36,8 @@
 #![warn(missing_docs)]
 #![warn(clippy::unwrap_used)]
 
+#[doc(hidden)]
+pub mod admin;
 mod backend;
 pub mod blocking;
 mod catalog;

@@ -36,9 +36,13 @@ const LAYERS: &[(&str, &[&str])] = &[
         ],
     ),
     (
+        "admin",
+        &["error", "format", "io", "names", "options", "queue"],
+    ),
+    (
         "runtime",
         &[
-            "error", "fault", "format", "io", "log", "options", "parked", "queue",
+            "admin", "error", "fault", "format", "io", "log", "options", "parked", "queue",
         ],
     ),
     ("backend", &["error", "io", "options", "runtime"]),

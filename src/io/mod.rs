@@ -11,7 +11,10 @@
 //! Files, by role:
 //! - `mod.rs`: the `Backend` and `FileIo` traits, the real file system, `DataFile`, the lock.
 //! - `sim.rs`: the simulated file system of the power-loss tests.
+//! - `private.rs`: owner-only files on the real file system (the admin endpoint's socket,
+//!   its pointer and private directory).
 
+pub mod private;
 pub mod sim;
 
 use std::fs::{File, OpenOptions};

@@ -122,6 +122,10 @@ pub struct Options {
     /// handed out is taken back as a failed attempt. 0 (the default): no deadline.
     /// A consumer's `ack_deadline` wins over it.
     pub ack_deadline_ms: u64,
+    /// \[`Admin`\] `On` | `Off`: whether the instance serves the admin endpoint of its data
+    /// directory (a Unix socket, owner-only; docs/operations.md, "Admin endpoint"), through
+    /// which the `spool` command line works while the instance runs. Default `On`.
+    pub admin: bool,
 }
 
 impl Options {
@@ -146,6 +150,7 @@ impl Options {
             retention_check_ms: DEFAULT_RETENTION_CHECK_MS,
             nack_backoff: NackBackoff::Immediate,
             ack_deadline_ms: 0,
+            admin: true,
         }
     }
 
@@ -221,6 +226,7 @@ impl Options {
                 "retentioncheckms" => o.retention_check_ms = num(k, value, 1, MAX_MS)?,
                 "nackbackoff" => o.nack_backoff = backoff::parse_backoff(k, value)?,
                 "ackdeadlinems" => o.ack_deadline_ms = num(k, value, 0, MAX_MS)?,
+                "admin" => o.admin = parse_on_off(k, value)?,
                 _ => return Err(bad(k, "unknown key")),
             }
         }
@@ -321,6 +327,14 @@ fn parse_bool(key: &str, value: &str) -> Result<bool> {
     }
 }
 
+fn parse_on_off(key: &str, value: &str) -> Result<bool> {
+    match value.to_ascii_lowercase().as_str() {
+        "on" | "true" | "yes" | "1" => Ok(true),
+        "off" | "false" | "no" | "0" => Ok(false),
+        _ => Err(bad(key, "expected On or Off")),
+    }
+}
+
 fn parse_sync(key: &str, value: &str) -> Result<SyncPolicy> {
     let lower = value.to_ascii_lowercase();
     match lower.as_str() {
@@ -369,5 +383,18 @@ mod tests {
         let steps = vec![Duration::from_secs(1), Duration::from_secs(5)];
         assert_eq!(o.nack_backoff, NackBackoff::Steps(steps));
         assert_eq!(o.ack_deadline_ms, 30_000);
+        assert!(o.admin, "Admin is On by default");
+    }
+
+    #[test]
+    fn admin_is_on_or_off() {
+        for (v, want) in [("On", true), ("off", false), ("OFF", false), ("true", true)] {
+            let o = Options::parse(&format!("Data Source=x; Admin = {v}")).expect(v);
+            assert_eq!(o.admin, want, "{v}");
+        }
+        match Options::parse("Data Source=x;Admin=maybe") {
+            Err(Error::InvalidConnectionString { key, .. }) => assert_eq!(key, "Admin"),
+            other => panic!("expected InvalidConnectionString naming Admin, got {other:?}"),
+        }
     }
 }

@@ -12,9 +12,12 @@
 //! - `consumer.rs`: `EmbeddedConsumer` and `EmbeddedDelivery`: waiting, auto-ack, release
 //!   on drop.
 //! - `syncer.rs`: the sync thread that group-commits publishes under `Sync=Always`.
+//! - `admin.rs`: the instance's side of the admin endpoint (`crate::admin`): each request
+//!   answered by the calls below.
 //! - `timer.rs`: one thread per process that wakes a waiting consumer when a delayed
 //!   record comes due or an ack deadline passes (so `recv` needs no runtime timer).
 
+mod admin;
 mod consumer;
 mod syncer;
 mod timer;
@@ -70,10 +73,24 @@ struct Inner {
     syncer: Syncer,
     ticker: Ticker,
     sync: SyncPolicy,
+    /// The admin endpoint, while it serves (`Admin=On` on the real file system).
+    admin: Mutex<Option<crate::admin::server::Server>>,
+}
+
+impl Inner {
+    /// Stops the admin endpoint (before the directory is released: its socket must be gone
+    /// before a next owner makes its own).
+    fn stop_admin(&self) {
+        let server = self.admin.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(mut server) = server {
+            server.stop();
+        }
+    }
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
+        self.stop_admin();
         self.ticker.stop(true);
         let engine = self
             .engine
@@ -95,6 +112,7 @@ impl Embedded {
     pub(crate) fn open_on(fs: Fs, options: Options) -> Result<Embedded> {
         let sync = options.sync;
         let ticking = options.clone();
+        let serve_admin = options.admin && fs.is_real();
         let engine = Arc::new(Engine::open(fs, options, now_ms())?);
         let notify = Arc::new(Notifiers::default());
         // Records readable other than by a returning publish (the engine's, and under
@@ -110,8 +128,13 @@ impl Embedded {
             syncer: Syncer::start()?,
             ticker: Ticker::default(),
             sync,
+            admin: Mutex::new(None),
         });
         inner.ticker.start(inner.engine.clone(), &ticking)?;
+        if serve_admin {
+            let server = admin::start(&inner, &ticking.data_source);
+            *inner.admin.lock().unwrap_or_else(|e| e.into_inner()) = server;
+        }
         Ok(Embedded { inner })
     }
 
@@ -148,6 +171,7 @@ impl Embedded {
     /// Flushes everything, records a clean stop and releases the directory. Every clone
     /// then fails with [`Error::Closed`].
     pub async fn close(&self) -> Result<()> {
+        self.inner.stop_admin();
         let engine = self
             .inner
             .engine

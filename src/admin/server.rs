@@ -1,0 +1,347 @@
+//! The owner's side: a listener on the data directory's socket, served by one thread
+//! (`spool-admin`) that accepts and a short-lived thread per connection
+//! (`spool-admin-conn`) that reads requests and answers them.
+//!
+//! **Bounds** (so that no client can stall the owner; each bound is a named constant):
+//! - at most [`MAX_CONNECTIONS`] at once; one more is answered "busy" and closed;
+//! - the hello within [`HELLO_TIMEOUT`], each later request within [`IDLE_TIMEOUT`], and
+//!   each write within [`WRITE_TIMEOUT`]; a client past one is closed;
+//! - a length prefix above `MAX_FRAME_BYTES` is answered with an error and closed, before
+//!   any of it is read; an undecodable frame (garbage) likewise.
+//!
+//! The threads hold no lock of the instance while they wait on a client: a request is
+//! handed to the [`Handler`] (the instance) only once it is whole, so publishers and
+//! consumers never wait for a slow or hostile client.
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::protocol::{
+    FrameError, Hello, MAX_FRAME_BYTES, PROTOCOL_VERSION, Request, Response, WireError, decode,
+    read_frame, write_frame,
+};
+use super::socket_path::{self, Placement};
+use crate::error::{Error, Result};
+use crate::io::private;
+
+/// Connections served at once; more are answered "busy".
+pub const MAX_CONNECTIONS: usize = 16;
+/// A client must send its hello this soon after connecting.
+pub const HELLO_TIMEOUT: Duration = Duration::from_secs(2);
+/// A client must send its next request (whole) this soon after the last answer.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Each write of an answer must go through this soon.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What answers the requests: the owning instance.
+pub trait Handler: Send + Sync + 'static {
+    /// Runs `request` on the instance. Called on a connection's thread, never while
+    /// waiting on the client.
+    fn handle(&self, request: Request) -> Response;
+}
+
+/// A running endpoint. Stops (and removes its files) on [`Server::stop`] or drop.
+pub struct Server {
+    shared: Arc<Shared>,
+    acceptor: Option<JoinHandle<()>>,
+    placement: Placement,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("socket", &self.placement.socket)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Shared {
+    stop: AtomicBool,
+    /// A second handle on each open connection, to shut it down on stop.
+    conns: Mutex<HashMap<u64, UnixStream>>,
+    next_id: AtomicU64,
+    handler: Arc<dyn Handler>,
+    data_dir: PathBuf,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Server {
+    /// Serves `data_dir`. The caller holds the directory's lock, so a socket or pointer
+    /// found there is a dead owner's, and is replaced.
+    pub fn start(data_dir: &Path, handler: Arc<dyn Handler>) -> Result<Server> {
+        let data_dir = private::canonical(data_dir).ok_or_else(|| {
+            Error::io(
+                format!("finding the data directory {}", data_dir.display()),
+                std::io::ErrorKind::NotFound.into(),
+            )
+        })?;
+        let runtime_dir = std::env::var_os("XDG_RUNTIME_DIR")
+            .map(PathBuf::from)
+            .filter(|d| private::is_dir(d));
+        let placement = socket_path::place(&data_dir, runtime_dir.as_deref());
+        let listener = bind(&data_dir, &placement)?;
+        let shared = Arc::new(Shared {
+            stop: AtomicBool::new(false),
+            conns: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(0),
+            handler,
+            data_dir,
+        });
+        let sh = shared.clone();
+        let acceptor = std::thread::Builder::new()
+            .name("spool-admin".into())
+            .spawn(move || accept_loop(&listener, &sh));
+        let mut server = Server {
+            shared,
+            acceptor: None,
+            placement,
+        };
+        match acceptor {
+            Ok(t) => server.acceptor = Some(t),
+            Err(e) => {
+                server.remove_files();
+                return Err(Error::io("starting the admin endpoint's thread", e));
+            }
+        }
+        Ok(server)
+    }
+
+    /// The socket's path.
+    pub fn socket(&self) -> &Path {
+        &self.placement.socket
+    }
+
+    /// Stops accepting, closes every connection and removes the socket (and pointer).
+    /// A request being answered finishes on its own thread; its answer is not sent.
+    pub fn stop(&mut self) {
+        let Some(acceptor) = self.acceptor.take() else {
+            return;
+        };
+        self.shared.stop.store(true, Ordering::SeqCst);
+        // The acceptor waits in `accept`: a connection of our own wakes it. If that fails
+        // it is left to end at its next connection (it holds nothing of the instance).
+        let woke = UnixStream::connect(&self.placement.socket).is_ok();
+        if woke && acceptor.thread().id() != std::thread::current().id() {
+            let _ = acceptor.join();
+        }
+        for (_, c) in lock(&self.shared.conns).drain() {
+            let _ = c.shutdown(std::net::Shutdown::Both);
+        }
+        self.remove_files();
+    }
+
+    fn remove_files(&self) {
+        let p = &self.placement;
+        for f in [Some(&p.socket), p.pointer.as_ref()].into_iter().flatten() {
+            if let Err(e) = private::remove_file(f) {
+                tracing::warn!(error = %e, "admin endpoint: could not remove its file");
+            }
+        }
+        if let Some(d) = &p.private_dir {
+            private::remove_empty_dir(d);
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Clears a dead owner's files, binds owner-only, and writes the pointer if one is due.
+fn bind(data_dir: &Path, p: &Placement) -> Result<UnixListener> {
+    let inside = data_dir.join(socket_path::SOCKET_FILE);
+    for stale in [&inside, &p.socket] {
+        if private::is_socket(stale) {
+            private::remove_file(stale)?;
+        }
+    }
+    private::remove_file(&data_dir.join(socket_path::POINTER_FILE))?;
+    if let Some(d) = &p.private_dir {
+        private::private_dir(d)?;
+    }
+    let listener = UnixListener::bind(&p.socket).map_err(|e| {
+        Error::io(
+            format!("binding the admin socket {}", p.socket.display()),
+            e,
+        )
+    })?;
+    // Linux asks for write permission on the socket to connect: until this line the
+    // umask's bits apply (group and others have no write permission under the usual 022).
+    private::set_owner_only(&p.socket)?;
+    if let Some(pointer) = &p.pointer {
+        let text = format!("{}\n", p.socket.display());
+        if let Err(e) = private::write_small(pointer, &text) {
+            let _ = private::remove_file(&p.socket);
+            return Err(e);
+        }
+    }
+    Ok(listener)
+}
+
+fn accept_loop(listener: &UnixListener, shared: &Arc<Shared>) {
+    for conn in listener.incoming() {
+        if shared.stop.load(Ordering::SeqCst) {
+            return;
+        }
+        match conn {
+            Ok(stream) => admit(shared, stream),
+            Err(e) => {
+                // Out of descriptors, for example: wait a little rather than spin.
+                tracing::warn!(error = %e, "admin endpoint: accept failed");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+}
+
+/// Starts a connection's thread, or answers "busy" when [`MAX_CONNECTIONS`] are open.
+fn admit(shared: &Arc<Shared>, stream: UnixStream) {
+    let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
+    let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
+    {
+        let mut conns = lock(&shared.conns);
+        if conns.len() >= MAX_CONNECTIONS {
+            drop(conns);
+            // A fresh socket's buffer takes this small frame without waiting.
+            let _ = stream.set_write_timeout(Some(Duration::from_millis(100)));
+            let busy =
+                format!("the admin endpoint is busy ({MAX_CONNECTIONS} connections); try again");
+            refuse(&stream, busy);
+            return;
+        }
+        match stream.try_clone() {
+            Ok(c) => conns.insert(id, c),
+            Err(_) => return,
+        };
+    }
+    let sh = shared.clone();
+    let spawned = std::thread::Builder::new()
+        .name("spool-admin-conn".into())
+        .spawn(move || {
+            serve(&sh, &stream);
+            lock(&sh.conns).remove(&id);
+        });
+    if spawned.is_err() {
+        lock(&shared.conns).remove(&id);
+    }
+}
+
+/// Answers with an error that says what went wrong; the caller then closes.
+fn refuse(stream: &UnixStream, what: String) {
+    let answer = Response::Error(WireError::Unsupported { what });
+    let _ = write_frame(&mut &*stream, &answer);
+}
+
+/// Reads from a stream until `until`, whatever the number of reads it takes.
+struct Deadline<'a> {
+    stream: &'a UnixStream,
+    until: Instant,
+}
+
+impl Read for Deadline<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let left = self.until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::ErrorKind::TimedOut.into());
+        }
+        self.stream.set_read_timeout(Some(left))?;
+        match (&*self.stream).read(buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                Err(std::io::ErrorKind::TimedOut.into())
+            }
+            r => r,
+        }
+    }
+}
+
+/// The next frame's body, or `None` after answering what went wrong (then close).
+fn next_frame(stream: &UnixStream, within: Duration) -> Option<Vec<u8>> {
+    let mut r = Deadline {
+        stream,
+        until: Instant::now() + within,
+    };
+    match read_frame(&mut r) {
+        Ok(body) => Some(body),
+        Err(FrameError::Closed) => None,
+        Err(FrameError::TooLarge(n)) => {
+            tracing::debug!(bytes = n, "admin endpoint: refused a frame above the limit");
+            refuse(
+                stream,
+                format!("a frame of {n} bytes is larger than the limit ({MAX_FRAME_BYTES})"),
+            );
+            None
+        }
+        Err(FrameError::Io(e)) => {
+            tracing::debug!(error = %e, "admin endpoint: closing a connection");
+            if e.kind() == std::io::ErrorKind::TimedOut {
+                refuse(stream, format!("no whole request within {within:?}"));
+            }
+            None
+        }
+    }
+}
+
+/// One connection: the hello, then requests until the client closes, errs or idles.
+fn serve(shared: &Shared, stream: &UnixStream) {
+    let Some(body) = next_frame(stream, HELLO_TIMEOUT) else {
+        return;
+    };
+    match decode::<Hello>(&body) {
+        Ok(h) if h.magic == super::protocol::MAGIC && h.version == PROTOCOL_VERSION => {}
+        Ok(h) if h.magic == super::protocol::MAGIC => {
+            let what = format!(
+                "admin protocol version {} (this owner speaks {PROTOCOL_VERSION})",
+                h.version
+            );
+            return refuse(stream, what);
+        }
+        _ => return refuse(stream, "not a spool admin client (bad hello)".into()),
+    }
+    let hello = Response::Hello {
+        version: PROTOCOL_VERSION,
+        server: env!("CARGO_PKG_VERSION").into(),
+        data_dir: shared.data_dir.clone(),
+    };
+    if write_frame(&mut &*stream, &hello).is_err() {
+        return;
+    }
+    while let Some(body) = next_frame(stream, IDLE_TIMEOUT) {
+        let request = match decode::<Request>(&body) {
+            Ok(r) => r,
+            Err(e) => return refuse(stream, format!("an undecodable request ({e})")),
+        };
+        if shared.stop.load(Ordering::SeqCst) {
+            return;
+        }
+        log(&request);
+        let answer = shared.handler.handle(request);
+        match write_frame(&mut &*stream, &answer) {
+            Ok(()) => {}
+            // Too large to send: nothing was written, so an error can go instead.
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => {
+                refuse(stream, format!("the answer is too large: {e}"));
+            }
+            Err(_) => return,
+        }
+    }
+}
+
+fn log(request: &Request) {
+    let (kind, topic, group) = request.describe();
+    if request.changes() {
+        tracing::info!(request = kind, topic, group, "admin request");
+    } else {
+        tracing::debug!(request = kind, topic, group, "admin request");
+    }
+}

@@ -1,0 +1,115 @@
+//! Owner-only files beside the seam: the admin endpoint's socket file, the pointer to it
+//! and its private directory. Always the real file system (the endpoint exists only
+//! there); nothing here is synced: these files mean something only while their owner runs.
+
+use std::io::Read;
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use crate::error::{IoContext, Result};
+
+/// `path` with every link and `..` resolved; `None` if it does not exist.
+pub fn canonical(path: &Path) -> Option<PathBuf> {
+    std::fs::canonicalize(path).ok()
+}
+
+/// Whether `path` is a directory (followed if a link).
+pub fn is_dir(path: &Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| m.is_dir())
+}
+
+/// Whether `path` is a Unix socket (not followed if a link).
+pub fn is_socket(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket())
+}
+
+/// Makes `path` readable and writable by its owner only (0600).
+pub fn set_owner_only(path: &Path) -> Result<()> {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .ctx(|| format!("making {} owner-only", path.display()))
+}
+
+/// Removes the file `path`; a missing one is not an error.
+pub fn remove_file(path: &Path) -> Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(crate::error::Error::io(
+            format!("removing {}", path.display()),
+            e,
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Removes the directory `path` if it is empty; anything else is left as it is.
+pub fn remove_empty_dir(path: &Path) {
+    let _ = std::fs::remove_dir(path);
+}
+
+/// Creates `dir` with mode 0700, or checks that the one there is a directory (not a
+/// link) that nobody but its owner may enter: another user's or an open one is refused.
+pub fn private_dir(dir: &Path) -> Result<()> {
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => return Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => {
+            return Err(crate::error::Error::io(
+                format!("creating {}", dir.display()),
+                e,
+            ));
+        }
+    }
+    let m = std::fs::symlink_metadata(dir).ctx(|| format!("inspecting {}", dir.display()))?;
+    if !m.file_type().is_dir() || m.permissions().mode() & 0o077 != 0 {
+        return Err(crate::error::Error::io(
+            format!("using {} for the admin socket", dir.display()),
+            std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                "it is not a directory only its owner may enter (mode 0700)",
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Writes `text` into a new owner-only file `path` (replacing one there).
+pub fn write_small(path: &Path, text: &str) -> Result<()> {
+    remove_file(path)?;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .ctx(|| format!("creating {}", path.display()))?;
+    std::io::Write::write_all(&mut f, text.as_bytes()).ctx(|| format!("writing {}", path.display()))
+}
+
+/// Reads the small text file `path`: `None` if it does not exist; at most `max` bytes
+/// (a longer one, or one not UTF-8, is `InvalidData`).
+pub fn read_small(path: &Path, max: usize) -> Result<Option<String>> {
+    let f = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => {
+            return Err(crate::error::Error::io(
+                format!("opening {}", path.display()),
+                e,
+            ));
+        }
+    };
+    let mut bytes = Vec::new();
+    f.take(max as u64 + 1)
+        .read_to_end(&mut bytes)
+        .ctx(|| format!("reading {}", path.display()))?;
+    let bad = |what: &str| {
+        crate::error::Error::io(
+            format!("reading {}", path.display()),
+            std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_owned()),
+        )
+    };
+    if bytes.len() > max {
+        return Err(bad("longer than such a file can be"));
+    }
+    String::from_utf8(bytes)
+        .map(Some)
+        .map_err(|_| bad("not UTF-8 text"))
+}

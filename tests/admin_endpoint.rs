@@ -1,0 +1,413 @@
+//! Guards the admin endpoint of a live instance (issue 28 point 2): the owner answers
+//! reads and makes changes through its socket (a reset reaches a consumer running there
+//! on its next `recv`), `Admin=Off` serves nothing, a second open is still `Locked`, a
+//! data directory too long for a socket address still serves (through a pointer), a dead
+//! owner's socket does not stop the next owner, and no hostile client stalls the owner.
+
+use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use spool::admin::Client;
+use spool::{Error, Headers, OffsetReset, Spool};
+
+fn open(dir: &Path, extra: &str) -> Spool {
+    Spool::open(&format!("Data Source={};{extra}", dir.display())).expect("open")
+}
+
+fn connect(dir: &Path) -> Client {
+    Client::connect(dir)
+        .expect("connect")
+        .expect("a live instance serves its directory")
+}
+
+async fn publish_n(mq: &Spool, topic: &str, n: usize) {
+    for i in 0..n {
+        mq.publish(topic, format!("m{i}").into_bytes(), &Headers::new())
+            .await
+            .expect("publish");
+    }
+}
+
+#[tokio::test]
+async fn a_live_instance_answers_and_changes_through_the_client() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mq = open(tmp.path(), "");
+    publish_n(&mq, "orders", 3).await;
+    let mut c = mq
+        .consumer("orders", "billing")
+        .manual_ack()
+        .build()
+        .expect("consumer");
+    c.recv().await.expect("recv").ack().await.expect("ack");
+
+    let sock = tmp.path().join("admin.sock");
+    let mode = std::fs::metadata(&sock)
+        .expect("socket")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600, "owner-only socket");
+
+    let client = connect(tmp.path());
+    assert_eq!(
+        client.socket_path(),
+        sock.canonicalize().expect("canonical")
+    );
+    assert_eq!(client.topics().expect("topics"), ["orders"]);
+    assert_eq!(
+        client.topic_info("orders").expect("info"),
+        mq.topic_info("orders").expect("info")
+    );
+    assert_eq!(client.groups("orders").expect("groups"), ["billing"]);
+    let g = client.group_info("orders", "billing").expect("group");
+    assert_eq!((g.cursor, g.next, g.lag), (1, 3, 2));
+    let records = client.fetch("orders", 1, 10).expect("fetch");
+    let got: Vec<(u64, &[u8])> = records
+        .iter()
+        .map(|r| (r.offset(), &r.payload()[..]))
+        .collect();
+    assert_eq!(got, [(1, &b"m1"[..]), (2, &b"m2"[..])]);
+
+    // Changes are made by the owner: it sees them at once.
+    let mut h = Headers::new();
+    h.insert("message-id".into(), "id-1".into());
+    assert_eq!(
+        client
+            .publish("orders", b"via admin".to_vec(), &h)
+            .expect("publish"),
+        3
+    );
+    assert_eq!(
+        client
+            .publish("orders", b"again".to_vec(), &h)
+            .expect("dedup"),
+        3
+    );
+    let batch = vec![
+        (b"a".to_vec(), Headers::new()),
+        (b"b".to_vec(), Headers::new()),
+    ];
+    assert_eq!(
+        client.publish_batch("orders", batch).expect("batch"),
+        [4, 5]
+    );
+    assert_eq!(mq.topic_info("orders").expect("info").next, 6);
+    assert_eq!(
+        client.delete_records_before("orders", 1).expect("delete"),
+        1
+    );
+    assert_eq!(mq.topic_info("orders").expect("info").earliest, 1);
+    client.apply_retention().expect("retention");
+    let snap = tmp.path().with_extension("snap");
+    let info = client.snapshot(&snap).expect("snapshot");
+    assert_eq!(info.topics, 1);
+
+    // The owner's errors come back as themselves.
+    assert!(matches!(
+        client.delete_group("orders", "billing"),
+        Err(Error::GroupInUse { .. })
+    ));
+    assert!(matches!(
+        client.topic_info("no/such"),
+        Err(Error::InvalidTopicName { .. })
+    ));
+    assert!(matches!(
+        client.snapshot(&snap),
+        Err(Error::SnapshotDestination { .. })
+    ));
+    drop(c);
+    client
+        .delete_group("orders", "billing")
+        .expect("delete group");
+    assert!(mq.groups("orders").expect("groups").is_empty());
+
+    mq.close().await.expect("close");
+    assert!(!sock.exists(), "close removes the socket");
+    assert!(Client::connect(tmp.path()).expect("connect").is_none());
+    assert!(client.topics().is_err(), "a client of a closed owner fails");
+    let copy = open(&snap, "Admin=Off");
+    assert_eq!(copy.topic_info("orders").expect("info").next, 6);
+    copy.close().await.expect("close copy");
+    std::fs::remove_dir_all(&snap).expect("cleanup");
+}
+
+#[tokio::test]
+async fn a_reset_through_the_client_reaches_a_running_consumer() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mq = open(tmp.path(), "");
+    publish_n(&mq, "t", 5).await;
+    let mut c = mq
+        .consumer("t", "g")
+        .manual_ack()
+        .build()
+        .expect("consumer");
+    for want in 0..3 {
+        let d = c.recv().await.expect("recv");
+        assert_eq!(d.offset(), want);
+        d.ack().await.expect("ack");
+    }
+    let client = connect(tmp.path());
+    let at =
+        tokio::task::spawn_blocking(move || client.reset_offset("t", "g", OffsetReset::Earliest))
+            .await
+            .expect("join")
+            .expect("reset");
+    assert_eq!(at, 0);
+    let d = c.recv().await.expect("recv after the reset");
+    assert_eq!(
+        d.offset(),
+        0,
+        "the running consumer sees the reset on its next recv"
+    );
+    d.ack().await.expect("ack");
+    assert_eq!(mq.group_info("t", "g").expect("group").cursor, 1);
+    drop(c);
+    mq.close().await.expect("close");
+}
+
+#[tokio::test]
+async fn admin_off_serves_nothing_and_a_second_open_is_still_locked() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mq = open(tmp.path(), "Admin=Off");
+    assert!(Client::connect(tmp.path()).expect("connect").is_none());
+    assert!(!tmp.path().join("admin.sock").exists());
+    mq.close().await.expect("close");
+
+    let mq = open(tmp.path(), "Admin=On");
+    assert!(Client::connect(tmp.path()).expect("connect").is_some());
+    let second = Spool::open(&format!("Data Source={}", tmp.path().display()));
+    assert!(matches!(second, Err(Error::Locked { .. })), "{second:?}");
+    // The refused open left the owner's endpoint alone.
+    assert_eq!(
+        connect(tmp.path()).topics().expect("topics"),
+        Vec::<String>::new()
+    );
+    mq.close().await.expect("close");
+    assert!(Client::connect(tmp.path()).expect("connect").is_none());
+    assert!(
+        Client::connect(tmp.path().join("missing"))
+            .expect("connect")
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn a_directory_too_long_for_a_socket_address_serves_through_a_pointer() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("d".repeat(60)).join("e".repeat(60));
+    let mq = open(&dir, "");
+    publish_n(&mq, "t", 2).await;
+    let pointer = dir.join("admin.sock.path");
+    let target = PathBuf::from(
+        std::fs::read_to_string(&pointer)
+            .expect("pointer")
+            .trim_end(),
+    );
+    assert!(target.as_os_str().len() <= 107, "{}", target.display());
+    assert!(!dir.join("admin.sock").exists());
+    let client = connect(&dir);
+    assert_eq!(client.socket_path(), target);
+    assert_eq!(client.topic_info("t").expect("info").next, 2);
+    mq.close().await.expect("close");
+    assert!(
+        !pointer.exists() && !target.exists(),
+        "close removes the pointer and the socket"
+    );
+    assert!(Client::connect(&dir).expect("connect").is_none());
+}
+
+// ---- bounds: hostile clients ----------------------------------------------------------
+
+/// Reads what the owner says to a misbehaving client, until it closes: `Some(first body
+/// byte)` of a frame, `None` if it closed without one.
+fn owner_answer(mut s: UnixStream) -> Option<u8> {
+    s.set_read_timeout(Some(Duration::from_secs(15)))
+        .expect("timeout");
+    let mut all = Vec::new();
+    match s.read_to_end(&mut all) {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+        Err(e) => panic!("the owner neither answered nor closed: {e}"),
+    }
+    (all.len() > 4).then(|| all[4])
+}
+
+/// The owner still publishes, delivers and serves another client while `bad` is open.
+async fn owner_is_not_stalled(mq: &Spool, dir: &Path, round: u64) {
+    let off = mq
+        .publish("live", b"x".to_vec(), &Headers::new())
+        .await
+        .expect("publish");
+    let mut c = mq.consumer("live", "g").build().expect("consumer");
+    let d = tokio::time::timeout(Duration::from_secs(10), c.recv())
+        .await
+        .expect("recv not stalled")
+        .expect("recv");
+    assert_eq!((d.offset(), off), (round, round));
+    drop(d);
+    drop(c);
+    let dir = dir.to_owned();
+    let topics = tokio::task::spawn_blocking(move || connect(&dir).topics())
+        .await
+        .expect("join")
+        .expect("another client is served");
+    assert!(topics.contains(&"live".to_owned()));
+}
+
+/// A hello frame: `Hello { magic: b"SPAD", version: 1 }` in postcard (4 magic bytes,
+/// varint 1) after its length.
+const HELLO: [u8; 9] = [5, 0, 0, 0, b'S', b'P', b'A', b'D', 1];
+
+/// 0 is `Response::Hello`'s variant, 1 `Response::Error`'s: the first body byte.
+const ERROR_VARIANT: u8 = 1;
+
+#[tokio::test]
+async fn garbage_huge_frames_and_silence_get_an_error_or_a_close_and_stall_nothing() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mq = open(tmp.path(), "");
+    let sock = tmp.path().join("admin.sock");
+
+    // Garbage instead of a hello.
+    let mut bad = UnixStream::connect(&sock).expect("connect");
+    bad.write_all(&[5, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff])
+        .expect("write");
+    owner_is_not_stalled(&mq, tmp.path(), 0).await;
+    let answer = tokio::task::spawn_blocking(move || owner_answer(bad))
+        .await
+        .expect("join");
+    assert!(matches!(answer, Some(ERROR_VARIANT) | None), "{answer:?}");
+
+    // A huge length prefix: refused before it is read (nothing else is ever sent).
+    let mut bad = UnixStream::connect(&sock).expect("connect");
+    bad.write_all(&u32::MAX.to_le_bytes()).expect("write");
+    owner_is_not_stalled(&mq, tmp.path(), 1).await;
+    let answer = tokio::task::spawn_blocking(move || owner_answer(bad))
+        .await
+        .expect("join");
+    assert_eq!(
+        answer,
+        Some(ERROR_VARIANT),
+        "a huge frame is answered with an error"
+    );
+
+    // Nothing at all: timed out (the hello is due within seconds).
+    let silent = UnixStream::connect(&sock).expect("connect");
+    owner_is_not_stalled(&mq, tmp.path(), 2).await;
+    let started = Instant::now();
+    let answer = tokio::task::spawn_blocking(move || owner_answer(silent))
+        .await
+        .expect("join");
+    assert!(matches!(answer, Some(ERROR_VARIANT) | None), "{answer:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(12),
+        "the silent client was timed out"
+    );
+
+    // Connections past the bound are told so; the owner goes on, and serves again once
+    // they are gone.
+    let held: Vec<UnixStream> = (0..16)
+        .map(|_| {
+            // Each says hello, so it is held for the idle time-out, not the hello's.
+            let mut s = UnixStream::connect(&sock).expect("connect");
+            s.write_all(&HELLO).expect("hello");
+            s
+        })
+        .collect();
+    let busy = Client::connect(tmp.path());
+    assert!(matches!(busy, Err(Error::Unsupported { .. })), "{busy:?}");
+    let off = mq
+        .publish("live", b"x".to_vec(), &Headers::new())
+        .await
+        .expect("publish");
+    assert_eq!(off, 3);
+    drop(held);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Client::connect(tmp.path()).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "served again once the others closed"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    mq.close().await.expect("close");
+}
+
+#[tokio::test]
+async fn garbage_after_the_hello_is_answered_and_closed() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mq = open(tmp.path(), "");
+    let client = connect(tmp.path());
+    // A valid hello through a real client first, then a raw one that follows it with a
+    // request no version has (variant 200).
+    assert!(client.topics().expect("topics").is_empty());
+    let mut raw = UnixStream::connect(tmp.path().join("admin.sock")).expect("connect");
+    // Hello { magic: b"SPAD", version: 1 } in postcard: 4 magic bytes, varint 1.
+    raw.write_all(&[5, 0, 0, 0, b'S', b'P', b'A', b'D', 1])
+        .expect("hello");
+    raw.write_all(&[1, 0, 0, 0, 200]).expect("garbage");
+    let mut hello_len = [0u8; 4];
+    raw.read_exact(&mut hello_len).expect("hello answer");
+    let mut hello = vec![0u8; u32::from_le_bytes(hello_len) as usize];
+    raw.read_exact(&mut hello).expect("hello body");
+    assert_eq!(hello[0], 0, "Response::Hello");
+    assert_eq!(owner_answer(raw), Some(ERROR_VARIANT));
+    assert!(client.topics().expect("still served").is_empty());
+    mq.close().await.expect("close");
+}
+
+// ---- a dead owner's socket ------------------------------------------------------------
+
+const CHILD_DIR_ENV: &str = "SPOOL_TEST_ADMIN_CHILD_DIR";
+const CHILD_TEST: &str = "child_owner_opens_the_directory_and_waits_to_be_killed";
+
+/// Not a test of its own: runs only in the child process that
+/// `a_killed_owners_socket_does_not_stop_the_next_owner` spawns and kills.
+#[test]
+fn child_owner_opens_the_directory_and_waits_to_be_killed() {
+    let Ok(dir) = std::env::var(CHILD_DIR_ENV) else {
+        return;
+    };
+    let _mq = Spool::open(&format!("Data Source={dir}")).expect("child open");
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "\nCHILD-READY").expect("stdout");
+    out.flush().expect("flush");
+    std::thread::sleep(Duration::from_secs(60));
+}
+
+#[tokio::test]
+async fn a_killed_owners_socket_does_not_stop_the_next_owner() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut child = Command::new(std::env::current_exe().expect("current exe"))
+        .args([CHILD_TEST, "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD_DIR_ENV, tmp.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn child");
+    let mut out = child.stdout.take().expect("stdout");
+    let mut seen = String::new();
+    let mut buf = [0u8; 256];
+    while !seen.contains("CHILD-READY") {
+        let n = out.read(&mut buf).expect("read child");
+        assert!(n > 0, "the child ended before it was ready: {seen}");
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    // The child serves its directory from another process.
+    assert!(connect(tmp.path()).topics().expect("topics").is_empty());
+    child.kill().expect("kill");
+    child.wait().expect("wait");
+
+    let sock = tmp.path().join("admin.sock");
+    assert!(sock.exists(), "a killed owner leaves its socket");
+    assert!(
+        Client::connect(tmp.path()).expect("connect").is_none(),
+        "nobody listens"
+    );
+    let mq = open(tmp.path(), "");
+    publish_n(&mq, "t", 1).await;
+    assert_eq!(connect(tmp.path()).topic_info("t").expect("info").next, 1);
+    mq.close().await.expect("close");
+}
