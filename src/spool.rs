@@ -12,7 +12,9 @@ use crate::format::Headers;
 use crate::format::record::Record;
 use crate::io::Fs;
 use crate::options::Options;
-use crate::queue::{GroupInfo, NackOutcome, OffsetReset, SnapshotInfo, TopicConfig, TopicInfo};
+use crate::queue::{
+    GroupInfo, NackOutcome, OffsetReset, SnapshotInfo, TopicConfig, TopicInfo, VerifyReport,
+};
 
 /// An open spool instance. Cheap to clone; every clone shares the instance.
 #[derive(Clone, Debug)]
@@ -250,6 +252,17 @@ impl Spool {
     pub async fn snapshot(&self, dest: impl AsRef<std::path::Path>) -> Result<SnapshotInfo> {
         match &self.backend {
             Backend::Embedded(e) => e.snapshot(dest.as_ref()).await,
+        }
+    }
+
+    /// Reads back every record and index entry of every segment (of `topic` only, if
+    /// given) and checks the catalog against the logs: what `spool verify` runs. Read-only;
+    /// each problem names its file and byte position. Doc-hidden: an operator's tool,
+    /// not part of the API contract.
+    #[doc(hidden)]
+    pub async fn verify(&self, topic: Option<&str>) -> Result<VerifyReport> {
+        match &self.backend {
+            Backend::Embedded(e) => e.verify(topic).await,
         }
     }
 }
