@@ -265,4 +265,17 @@ impl Spool {
             Backend::Embedded(e) => e.verify(topic).await,
         }
     }
+
+    /// [`Spool::verify`]'s reading of the logs, on a closed data directory and without
+    /// opening it (an open would first cut a damaged tail of an active segment away as
+    /// torn). Holds the directory's lock while it reads; fails with
+    /// [`Error::Locked`](crate::Error::Locked) while an instance has it. Read-only; the
+    /// catalog is not checked (open the directory and call [`Spool::verify`] for that).
+    #[doc(hidden)]
+    pub fn verify_closed(
+        dir: impl AsRef<std::path::Path>,
+        topic: Option<&str>,
+    ) -> Result<VerifyReport> {
+        crate::queue::verify_closed(&Fs::real(), dir.as_ref(), topic)
+    }
 }

@@ -107,3 +107,23 @@ fn a_damaged_index_entry_is_named() {
     let p = &run.json()["topics"][0]["problems"][0];
     assert_eq!(p["file"], idx.to_str().expect("utf-8"));
 }
+
+#[test]
+fn damage_in_the_active_segment_is_reported_and_left_in_place() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    several_segments(dir.path());
+    let seg = segments(dir.path()).pop().expect("active segment");
+    let mut bytes = std::fs::read(&seg).expect("read");
+    bytes[32 + 10] ^= 0x55; // the first record: an open would cut from here as a torn tail
+    std::fs::write(&seg, &bytes).expect("write");
+    let run = spool(dir.path(), &["verify", "--output", "json"]);
+    expect_code(&run, 3);
+    let p = &run.json()["topics"][0]["problems"][0];
+    assert_eq!(p["file"], seg.to_str().expect("utf-8"));
+    assert_eq!(p["position"], 32);
+    assert_eq!(
+        std::fs::read(&seg).expect("read"),
+        bytes,
+        "verify changed the file"
+    );
+}

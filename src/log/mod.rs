@@ -42,7 +42,7 @@ use append::Pending;
 use sealing::Sealing;
 pub use snapshot::CopyStats;
 use summaries::Summaries;
-pub use verify::{Damage, LogCheck};
+pub use verify::{Damage, LogCheck, plan_closed};
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -41,14 +41,29 @@ pub struct LogCheck {
     pub problems: Vec<Damage>,
 }
 
-/// The segments to verify, taken under the writer's lock (see `TopicLog::verify_plan`).
+/// The segments to verify: an open log's (`TopicLog::verify_plan`) or a closed
+/// directory's (`plan_closed`).
 #[derive(Debug)]
 pub struct VerifyPlan {
     fs: Fs,
     max_body: usize,
-    /// Each segment with the end readers see and whether it is sealed. Held while the
-    /// plan lives: a held segment is never recycled by retention.
-    segs: Vec<(Arc<Segment>, u64, bool)>,
+    segs: Vec<Planned>,
+    /// Zeros after the last segment's records are not damage: a closed directory's active
+    /// segment may be written ahead with zeros (`LogConfig::preallocate`).
+    zeros_after_last: bool,
+}
+
+#[derive(Debug)]
+struct Planned {
+    base: u64,
+    path: PathBuf,
+    index_path: PathBuf,
+    /// The end readers see (an open log), or the file's length (a closed one).
+    end: u64,
+    /// Its index must end with a footer.
+    sealed: bool,
+    /// Held while the plan lives: a held segment is never recycled by retention.
+    _seg: Option<Arc<Segment>>,
 }
 
 impl TopicLog {
@@ -60,17 +75,56 @@ impl TopicLog {
         VerifyPlan {
             fs: self.fs.clone(),
             max_body: self.reader.cfg.max_body,
+            zeros_after_last: false,
             segs: segs
                 .into_iter()
                 .enumerate()
-                .map(|(i, s)| {
-                    let end = s.end();
-                    let sealed = i < last && s.is_sealed();
-                    (s, end, sealed)
+                .map(|(i, s)| Planned {
+                    base: s.base,
+                    path: s.path.clone(),
+                    index_path: s.index_path.clone(),
+                    end: s.end(),
+                    sealed: i < last && s.is_sealed(),
+                    _seg: Some(s),
                 })
                 .collect(),
         }
     }
+}
+
+/// The segment files of a closed log in `dir` (named by 20 digits and `.log`), by base
+/// offset. Nothing is opened for writing: a damaged directory is read as it is, before
+/// any open's recovery would cut a damaged tail away. The caller holds the lock.
+pub fn plan_closed(fs: &Fs, dir: &Path, max_body: usize) -> Result<VerifyPlan> {
+    let mut bases: Vec<u64> = fs
+        .list_dir(dir)?
+        .iter()
+        .filter_map(|name| name.strip_suffix(".log"))
+        .filter(|stem| stem.len() == 20 && stem.bytes().all(|b| b.is_ascii_digit()))
+        .filter_map(|stem| stem.parse().ok())
+        .collect();
+    bases.sort_unstable();
+    let mut segs = Vec::with_capacity(bases.len());
+    for base in bases {
+        let path = dir.join(format!("{base:020}.log"));
+        let end = fs.file_stat(&path)?.len;
+        segs.push(Planned {
+            base,
+            index_path: path.with_extension("idx"),
+            path,
+            end,
+            // A closed log's rolled segment may still lack its footer (a kill before the
+            // background seal): its index is read as it is found (`index_entries`).
+            sealed: false,
+            _seg: None,
+        });
+    }
+    Ok(VerifyPlan {
+        fs: fs.clone(),
+        max_body,
+        segs,
+        zeros_after_last: true,
+    })
 }
 
 impl VerifyPlan {
@@ -78,11 +132,12 @@ impl VerifyPlan {
     pub fn run(&self) -> LogCheck {
         let mut check = LogCheck {
             segments: self.segs.len(),
-            base: self.segs.first().map_or(0, |s| s.0.base),
+            base: self.segs.first().map_or(0, |s| s.base),
             ..LogCheck::default()
         };
         let mut expected: Option<u64> = None;
-        for (seg, end, sealed) in &self.segs {
+        let last = self.segs.len().saturating_sub(1);
+        for (i, seg) in self.segs.iter().enumerate() {
             if let Some(e) = expected
                 && e != seg.base
             {
@@ -95,8 +150,9 @@ impl VerifyPlan {
                     ),
                 });
             }
-            let index = self.index_entries(seg, *sealed, &mut check.problems);
-            let scan = self.scan(seg, *end, index, &mut check.problems);
+            let index = self.index_entries(seg, &mut check.problems);
+            let zeros_ok = self.zeros_after_last && i == last;
+            let scan = self.scan(seg, zeros_ok, index, &mut check.problems);
             check.records += scan.records;
             check.next = scan.next;
             expected = Some(scan.next);
@@ -120,8 +176,7 @@ impl VerifyPlan {
     /// missing (a cache: open rebuilds it). A sealed index that does not decode is damage.
     fn index_entries(
         &self,
-        seg: &Segment,
-        sealed: bool,
+        seg: &Planned,
         problems: &mut Vec<Damage>,
     ) -> (Vec<IndexEntry>, Option<SegmentSummary>) {
         let damage = |what: String| Damage {
@@ -147,8 +202,9 @@ impl VerifyPlan {
                 return (Vec::new(), None);
             }
         };
-        if sealed {
-            return match decode_sealed_index(&bytes) {
+        let found = decode_sealed_index(&bytes);
+        if seg.sealed || found.is_some() {
+            return match found {
                 Some((entries, summary)) => (entries, Some(summary)),
                 None => {
                     problems.push(damage("sealed index footer or checksum is damaged".into()));
@@ -176,8 +232,8 @@ impl VerifyPlan {
     /// its offset and timestamp.
     fn scan(
         &self,
-        seg: &Segment,
-        end: u64,
+        seg: &Planned,
+        zeros_ok: bool,
         (entries, summary): (Vec<IndexEntry>, Option<SegmentSummary>),
         problems: &mut Vec<Damage>,
     ) -> Scan {
@@ -202,6 +258,7 @@ impl VerifyPlan {
             problems.push(at(0, what));
             return out;
         }
+        let end = seg.end;
         let mut index = Entries::new(entries, seg);
         let mut pos = SEGMENT_HEADER_LEN as u64;
         let mut chunk = Chunk::default();
@@ -217,6 +274,7 @@ impl VerifyPlan {
             };
             let (record, len) = match frame {
                 Frame::Complete { record, len } => (record, len),
+                _ if zeros_ok && zeros(&file, pos, end) => break,
                 Frame::Incomplete { needed } => {
                     problems.push(at(
                         pos,
@@ -264,6 +322,21 @@ impl VerifyPlan {
         }
         Ok(())
     }
+}
+
+/// Whether `file` holds only zeros in `[from, to)` (written ahead, never a record);
+/// a read error counts as not (the frame there is then reported).
+fn zeros(file: &DataFile, from: u64, to: u64) -> bool {
+    let mut buf = vec![0u8; CHUNK];
+    let mut at = from;
+    while at < to {
+        let want = usize::try_from(to - at).unwrap_or(CHUNK).min(CHUNK);
+        match file.read_at(&mut buf[..want], at) {
+            Ok(n) if n > 0 && buf[..n].iter().all(|&b| b == 0) => at += n as u64,
+            _ => return false,
+        }
+    }
+    true
 }
 
 /// A window of a segment file, read ahead in chunks.
@@ -319,11 +392,11 @@ impl Chunk {
 struct Entries<'a> {
     entries: Vec<IndexEntry>,
     next: usize,
-    seg: &'a Segment,
+    seg: &'a Planned,
 }
 
 impl<'a> Entries<'a> {
-    fn new(entries: Vec<IndexEntry>, seg: &'a Segment) -> Self {
+    fn new(entries: Vec<IndexEntry>, seg: &'a Planned) -> Self {
         Entries {
             entries,
             next: 0,

@@ -93,4 +93,4 @@ pub use snapshot::SnapshotInfo;
 pub use topic::Topic;
 pub use topic_config::TopicConfig;
 pub use unclean::{PANICKED_REASON, UNCLEAN_STOP_REASON};
-pub use verify::{TopicVerify, VerifyProblem, VerifyReport};
+pub use verify::{TopicVerify, VerifyProblem, VerifyReport, verify_closed};

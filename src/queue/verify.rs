@@ -5,12 +5,13 @@
 //! lock only to list a log's segments, and holds off retention while it reads (a segment
 //! it reads is not deleted under it).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::Engine;
 use super::engine::lock;
 use crate::error::Result;
-use crate::log::{Damage, LogCheck};
+use crate::io::{DirLock, Fs};
+use crate::log::{Damage, LogCheck, plan_closed};
 
 /// What [`Spool::verify`](crate::Spool::verify) found.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -61,6 +62,40 @@ impl From<Damage> for VerifyProblem {
             problem: d.what,
         }
     }
+}
+
+/// Verifies the logs of the closed data directory `dir` (of `topic` only, if given)
+/// without opening it: nothing is recovered, truncated or rebuilt first, so damage an
+/// open would cut away as a torn tail is reported where it is. Holds the directory's
+/// lock while it reads (`Error::Locked` if an instance has it). The catalog is not read:
+/// `Engine::verify` checks it against the logs once the directory is open.
+pub fn verify_closed(fs: &Fs, dir: &Path, topic: Option<&str>) -> Result<VerifyReport> {
+    if let Some(t) = topic {
+        crate::names::check(t)?;
+    }
+    let _lock = DirLock::acquire(fs, dir)?;
+    let topics_dir = dir.join("topics");
+    let mut names = match fs.is_dir(&topics_dir) {
+        Some(true) => fs.list_dir(&topics_dir)?,
+        _ => Vec::new(),
+    };
+    names.retain(|n| crate::names::check(n).is_ok() && topic.is_none_or(|t| t == n));
+    names.sort();
+    let mut report = VerifyReport::default();
+    for name in names {
+        let check = plan_closed(fs, &topics_dir.join(&name), super::topic::MAX_BODY)?.run();
+        report.topics.push(TopicVerify {
+            topic: name,
+            segments: check.segments,
+            records: check.records,
+            problems: check
+                .problems
+                .into_iter()
+                .map(VerifyProblem::from)
+                .collect(),
+        });
+    }
+    Ok(report)
 }
 
 impl Engine {

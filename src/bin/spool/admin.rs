@@ -10,6 +10,7 @@ use crate::backend::Backend;
 use crate::failure::Failure;
 use crate::output::{print_json, print_table, table};
 use crate::progress;
+use crate::target::Target;
 
 #[derive(Serialize)]
 struct Problem {
@@ -26,11 +27,35 @@ struct TopicCheck {
     problems: Vec<Problem>,
 }
 
+/// `spool verify`, first step: without an owner, the logs are read before the directory
+/// is opened; damage found there is reported (exit 3) and the directory is not opened.
+/// `Ok` when there is none, or an owner holds the directory (then it answers).
+pub async fn verify_closed(
+    target: &Target,
+    out: Output,
+    topic: Option<&str>,
+) -> Result<(), Failure> {
+    target.check(false)?;
+    let bar = progress::bar(None, "verifying");
+    let closed = spool::Spool::verify_closed(target.dir(), topic);
+    bar.finish_and_clear();
+    match closed {
+        Ok(report) if !report.ok() => print_report(&report, out),
+        Ok(_) | Err(spool::Error::Locked { .. }) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// `spool verify [--topic T]`: exit 3 when anything is damaged.
 pub async fn verify(b: &Backend, out: Output, topic: Option<String>) -> Result<(), Failure> {
     let bar = progress::bar(None, "verifying");
     let report = b.verify(topic.as_deref()).await?;
     bar.finish_and_clear();
+    print_report(&report, out)
+}
+
+/// Prints what verify found; `Err` (exit 3) if anything is damaged.
+fn print_report(report: &spool::VerifyReport, out: Output) -> Result<(), Failure> {
     let topics: Vec<TopicCheck> = report
         .topics
         .iter()

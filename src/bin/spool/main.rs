@@ -74,8 +74,12 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         return admin::serve();
     }
     let creates = matches!(cli.command, Command::Publish(_));
-    // Verify reports damage that stops an open as damage (exit 3).
+    // Verify reads a closed directory's logs before opening it (an open would cut a
+    // damaged active tail away), and reports damage that stops an open as damage.
     let verifying = matches!(cli.command, Command::Verify { .. });
+    if let Command::Verify { topic } = &cli.command {
+        admin::verify_closed(&target, cli.output, topic.as_deref()).await?;
+    }
     let backend = match Backend::connect(&target, creates).await {
         Err(f) if verifying => return Err(f.into_damage()),
         other => other?,

@@ -86,11 +86,18 @@ pub fn payload_cell(payload: &[u8]) -> String {
     }
 }
 
-/// `k=v, k=v`.
+/// `k=v, k=v`, shortened (`--output json` has them whole).
 pub fn headers_cell(r: &Record) -> String {
-    r.headers()
+    const MAX: usize = 60;
+    let all = r
+        .headers()
         .iter()
         .map(|(k, v)| format!("{k}={v}"))
         .collect::<Vec<_>>()
-        .join(", ")
+        .join(", ");
+    if all.chars().count() > MAX {
+        format!("{}…", all.chars().take(MAX).collect::<String>())
+    } else {
+        all
+    }
 }
