@@ -397,3 +397,32 @@ fn snapshot_opens_and_deletions_wait_for_execute() {
     let topics = spool(d, &["topics", "--output", "json"]).json();
     assert_eq!(topics[0]["earliest"], 2);
 }
+
+#[test]
+fn binary_payloads_print_as_base64_and_follow_stops_at_max() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let mq = spool::blocking::Spool::open_with(spool::Options::new(d)).expect("open");
+    mq.publish("bin", vec![0xff, 0xfe], &spool::Headers::new())
+        .expect("publish");
+    mq.publish("bin", b"text".to_vec(), &spool::Headers::new())
+        .expect("publish");
+    mq.close().expect("close");
+    let run = spool(
+        d,
+        &[
+            "tail", "bin", "--follow", "--from", "0", "--max", "2", "--output", "json",
+        ],
+    );
+    expect_code(&run, 0);
+    let lines = run.json_lines();
+    assert_eq!(lines[0]["payload_base64"], "//4=");
+    assert!(lines[0].get("payload").is_none());
+    assert_eq!(lines[1]["payload"], "text");
+    let table = spool(d, &["tail", "bin"]);
+    assert!(
+        table.stdout.contains("<2 bytes, not UTF-8>"),
+        "{}",
+        table.stdout
+    );
+}

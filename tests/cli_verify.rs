@@ -127,3 +127,39 @@ fn damage_in_the_active_segment_is_reported_and_left_in_place() {
         "verify changed the file"
     );
 }
+
+#[test]
+fn an_open_instance_verifies_clean_while_publishes_go_on() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let mq = spool::Spool::open_with(Options {
+            segment_bytes: 4096,
+            ..Options::new(dir.path())
+        })
+        .expect("open");
+        let writer = mq.clone();
+        let publishing = tokio::spawn(async move {
+            for i in 0..400u32 {
+                let h = Headers::new();
+                writer
+                    .publish("t", vec![b'y'; 30 + (i as usize % 50)], &h)
+                    .await
+                    .expect("publish");
+            }
+        });
+        for _ in 0..20 {
+            let report = mq.verify(None).await.expect("verify");
+            assert!(report.ok(), "{report:?}");
+        }
+        publishing.await.expect("publisher");
+        let report = mq.verify(Some("t")).await.expect("verify");
+        assert!(report.ok(), "{report:?}");
+        assert_eq!(report.topics[0].records, 400);
+        mq.close().await.expect("close");
+    });
+}
