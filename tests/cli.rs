@@ -426,3 +426,44 @@ fn binary_payloads_print_as_base64_and_follow_stops_at_max() {
         table.stdout
     );
 }
+
+#[test]
+fn rust_log_shows_events_on_stderr_and_nothing_without_it() {
+    let dir = prepared();
+    let d = dir.path().to_str().expect("utf-8");
+    let args = [
+        "--data",
+        d,
+        "reset",
+        "--topic",
+        "orders",
+        "--group",
+        "workers",
+        "--to-latest",
+        "--execute",
+    ];
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_spool"))
+        .args(args)
+        .env("RUST_LOG", "info")
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8(out.stderr).expect("utf-8");
+    assert!(stderr.contains("group reset"), "{stderr}");
+    assert!(
+        !stderr.contains('\u{1b}'),
+        "colours off a terminal: {stderr}"
+    );
+    let quiet = spool(
+        dir.path(),
+        &[
+            "reset",
+            "--topic",
+            "orders",
+            "--group",
+            "workers",
+            "--to-latest",
+            "--execute",
+        ],
+    );
+    assert_eq!(quiet.stderr, "");
+}
