@@ -66,6 +66,8 @@ pub use options::{Mode, NackBackoff, Options, RetentionPolicy, SyncPolicy};
 pub use queue::{
     GroupInfo, NackOutcome, OffsetReset, PendingAttempt, SnapshotInfo, TopicConfig, TopicInfo,
 };
+#[doc(hidden)]
+pub use queue::{TopicVerify, VerifyProblem, VerifyReport};
 pub use spool::Spool;
 
 /// Test support: the simulated file system of the power-loss tests.

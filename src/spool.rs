@@ -12,7 +12,9 @@ use crate::format::Headers;
 use crate::format::record::Record;
 use crate::io::Fs;
 use crate::options::Options;
-use crate::queue::{GroupInfo, NackOutcome, OffsetReset, SnapshotInfo, TopicConfig, TopicInfo};
+use crate::queue::{
+    GroupInfo, NackOutcome, OffsetReset, SnapshotInfo, TopicConfig, TopicInfo, VerifyReport,
+};
 
 /// An open spool instance. Cheap to clone; every clone shares the instance.
 #[derive(Clone, Debug)]
@@ -251,5 +253,29 @@ impl Spool {
         match &self.backend {
             Backend::Embedded(e) => e.snapshot(dest.as_ref()).await,
         }
+    }
+
+    /// Reads back every record and index entry of every segment (of `topic` only, if
+    /// given) and checks the catalog against the logs: what `spool verify` runs. Read-only;
+    /// each problem names its file and byte position. Doc-hidden: an operator's tool,
+    /// not part of the API contract.
+    #[doc(hidden)]
+    pub async fn verify(&self, topic: Option<&str>) -> Result<VerifyReport> {
+        match &self.backend {
+            Backend::Embedded(e) => e.verify(topic).await,
+        }
+    }
+
+    /// [`Spool::verify`]'s reading of the logs, on a closed data directory and without
+    /// opening it (an open would first cut a damaged tail of an active segment away as
+    /// torn). Holds the directory's lock while it reads; fails with
+    /// [`Error::Locked`](crate::Error::Locked) while an instance has it. Read-only; the
+    /// catalog is not checked (open the directory and call [`Spool::verify`] for that).
+    #[doc(hidden)]
+    pub fn verify_closed(
+        dir: impl AsRef<std::path::Path>,
+        topic: Option<&str>,
+    ) -> Result<VerifyReport> {
+        crate::queue::verify_closed(&Fs::real(), dir.as_ref(), topic)
     }
 }

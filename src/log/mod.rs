@@ -18,6 +18,7 @@
 //! - `read.rs`: batched reads, time lookups, message ids for de-duplication.
 //! - `retention.rs`: deleting whole sealed segments.
 //! - `snapshot.rs`: the files of a consistent copy of the log (links and copies).
+//! - `verify.rs`: reading every record and index entry back, read-only (`spool verify`).
 //! - `summaries.rs`: the `sealed.sum` cache that spares open a read per segment.
 //! - `eviction.rs`: bounds on open files and loaded indexes.
 //! - `segment/`: one segment file and its index.
@@ -35,11 +36,13 @@ mod sealing;
 pub mod segment;
 mod snapshot;
 mod summaries;
+mod verify;
 
 use append::Pending;
 use sealing::Sealing;
 pub use snapshot::CopyStats;
 use summaries::Summaries;
+pub use verify::{Damage, LogCheck, plan_closed};
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -42,6 +42,8 @@
 //!   Durable before they apply.
 //! - `snapshot.rs`: a consistent copy of the instance, taken while it runs. The copy is a
 //!   state a crash at one instant could have left.
+//! - `verify.rs`: every log read back and the catalog checked against the logs
+//!   (`spool verify`). Read-only.
 //! - `info.rs`: the public types, header names and state queries. `lib.rs` re-exports
 //!   every public item.
 //! - `names.rs`: topic and group names. A valid name is never a path.
@@ -74,6 +76,7 @@ mod test_support;
 mod topic;
 mod topic_config;
 mod unclean;
+mod verify;
 
 pub use deadline::ACK_DEADLINE_REASON;
 pub use deliver::{GroupRef, Handling, LentRecords, Ticket};
@@ -90,3 +93,4 @@ pub use snapshot::SnapshotInfo;
 pub use topic::Topic;
 pub use topic_config::TopicConfig;
 pub use unclean::{PANICKED_REASON, UNCLEAN_STOP_REASON};
+pub use verify::{TopicVerify, VerifyProblem, VerifyReport, verify_closed};

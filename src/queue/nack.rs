@@ -92,6 +92,15 @@ impl Engine {
             g.delayed.remove(&offset);
             return Err(e);
         }
+        tracing::debug!(
+            topic,
+            group,
+            offset,
+            attempts,
+            reason = rec.last_reason.as_str(),
+            not_before_ms = rec.not_before_ms,
+            "nacked"
+        );
         Ok(NackOutcome {
             delivery_attempt: attempts,
             dead_lettered: false,

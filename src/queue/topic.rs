@@ -24,7 +24,7 @@ use crate::options::{MAX_HEADER_BYTES_LIMIT, MAX_MESSAGE_BYTES_LIMIT, SyncPolicy
 /// The longest record body a log writes and reads: the hard limits, not today's options
 /// (records written under larger limits are data, and recovery must not mistake them for
 /// damage), plus a dead-letter copy's headers.
-const MAX_BODY: usize = record::BODY_FIXED_LEN
+pub(super) const MAX_BODY: usize = record::BODY_FIXED_LEN
     + MAX_MESSAGE_BYTES_LIMIT
     + MAX_HEADER_BYTES_LIMIT
     + dead_letter::DEAD_LETTER_HEADER_BYTES;

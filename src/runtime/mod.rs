@@ -39,7 +39,7 @@ use crate::format::record::Record;
 use crate::io::Fs;
 use crate::options::{Options, SyncPolicy};
 use crate::queue::{
-    Engine, GroupInfo, NackOutcome, OffsetReset, SnapshotInfo, TopicConfig, TopicInfo,
+    Engine, GroupInfo, NackOutcome, OffsetReset, SnapshotInfo, TopicConfig, TopicInfo, VerifyReport,
 };
 use syncer::Syncer;
 
@@ -369,6 +369,26 @@ impl Embedded {
             Err(Error::io(
                 "taking a snapshot",
                 std::io::Error::other("the snapshot thread panicked"),
+            ))
+        })
+    }
+
+    /// Reads back every log (or `topic`'s) and checks the catalog against them (see
+    /// `queue/verify.rs`), on a thread of its own (`spool-verify`) like a snapshot.
+    pub async fn verify(&self, topic: Option<&str>) -> Result<VerifyReport> {
+        let engine = self.engine()?;
+        let topic = topic.map(str::to_owned);
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        std::thread::Builder::new()
+            .name("spool-verify".into())
+            .spawn(move || {
+                let _ = tx.send(engine.verify(topic.as_deref()));
+            })
+            .map_err(|e| Error::io("starting the verify thread", e))?;
+        rx.await.unwrap_or_else(|_| {
+            Err(Error::io(
+                "verifying",
+                std::io::Error::other("the verify thread panicked"),
             ))
         })
     }
