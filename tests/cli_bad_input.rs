@@ -153,8 +153,12 @@ fn connection_strings_are_checked_and_a_held_directory_is_named() {
     failed(&spool_raw(&["topics"]), "SPOOL_DATA");
     assert_eq!(fingerprint(d), before);
 
-    // An owner holds the directory, and there is no endpoint to reach it through yet.
-    let owner = spool::blocking::Spool::open_with(spool::Options::new(d)).expect("open");
+    // An owner holds the directory and serves no endpoint (`Admin=Off`).
+    let no_admin = spool::Options {
+        admin: false,
+        ..spool::Options::new(d)
+    };
+    let owner = spool::blocking::Spool::open_with(no_admin).expect("open");
     failed(&spool(d, &["topics"]), "open in another process");
     failed(
         &spool(

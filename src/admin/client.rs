@@ -18,7 +18,7 @@ use crate::error::{Error, Result};
 use crate::format::Headers;
 use crate::format::record::Record;
 use crate::io::private;
-use crate::queue::{GroupInfo, OffsetReset, SnapshotInfo, TopicConfig, TopicInfo};
+use crate::queue::{GroupInfo, OffsetReset, SnapshotInfo, TopicConfig, TopicInfo, VerifyReport};
 
 /// How long a call waits for the owner's answer, unless [`Client::set_timeout`] says
 /// otherwise. A snapshot waits at least [`SNAPSHOT_TIMEOUT`].
@@ -354,6 +354,17 @@ impl Client {
             .map_err(|e| transport(format!("resolving {}", dest.as_ref().display()), e))?;
         match self.call(&Request::Snapshot { dest }, SNAPSHOT_TIMEOUT)? {
             Response::Snapshot(s) => Ok(s.into_info()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Has the owner read every record, index entry and catalog row back (see
+    /// [`crate::Spool::verify`]); read-only. Bounded by the snapshot's time-out: it reads
+    /// every log.
+    pub fn verify(&self, topic: Option<&str>) -> Result<VerifyReport> {
+        let topic = topic.map(str::to_owned);
+        match self.call(&Request::Verify { topic }, SNAPSHOT_TIMEOUT)? {
+            Response::Verify(r) => Ok(r),
             other => Err(unexpected(other)),
         }
     }

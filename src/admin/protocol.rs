@@ -14,9 +14,7 @@
 //! - **Errors** travel as [`WireError`], one variant per [`Error`] kind with its fields,
 //!   so that the client rebuilds the owner's `Error` (an `Io` error keeps its kind and
 //!   message).
-//! - **Reserved:** [`Request::Verify`] is the place of the CLI's `verify`. The owner
-//!   answers it with `Unsupported` until it is built; its answer will be a new variant
-//!   added at the end of [`Response`].
+//! - [`Request::Verify`] is the CLI's `verify`, answered with [`Response::Verify`].
 //!
 //! **Invariant:** plain data and conversions; no I/O but [`write_frame`] and
 //! [`read_frame`] on any `Read`/`Write`.
@@ -106,7 +104,7 @@ pub enum Request {
         topic: String,
         config: WireTopicConfig,
     },
-    /// Reserved for `verify` (CLI.md): answered `Unsupported` until it is built.
+    /// `verify` (CLI.md): every record, index entry and catalog row read back.
     Verify { topic: Option<String> },
 }
 
@@ -176,6 +174,8 @@ pub enum Response {
     Records(Vec<WireRecord>),
     /// What a snapshot copied.
     Snapshot(WireSnapshotInfo),
+    /// What `verify` found (added after version 1's first variants: at the end).
+    Verify(crate::queue::VerifyReport),
 }
 
 /// Bytes encoded as one length-prefixed run (not byte by byte, as a `Vec<u8>` would be).

@@ -13,8 +13,9 @@ use crate::error::Result;
 use crate::io::{DirLock, Fs};
 use crate::log::{Damage, LogCheck, plan_closed};
 
-/// What [`Spool::verify`](crate::Spool::verify) found.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// What [`Spool::verify`](crate::Spool::verify) found. Serializable: the admin endpoint
+/// sends it as it is.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[non_exhaustive]
 pub struct VerifyReport {
     /// One entry per topic verified, sorted by name.
@@ -29,7 +30,7 @@ impl VerifyReport {
 }
 
 /// What verifying one topic found.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[non_exhaustive]
 pub struct TopicVerify {
     /// The topic's name.
@@ -43,7 +44,7 @@ pub struct TopicVerify {
 }
 
 /// One problem: the file, the byte position in it where it applies, and what is wrong.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[non_exhaustive]
 pub struct VerifyProblem {
     /// The damaged file (a segment, its index, or the catalog).

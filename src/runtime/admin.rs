@@ -96,11 +96,7 @@ async fn dispatch(e: &Embedded, request: Request) -> Result<Response> {
             e.set_topic_config(&topic, config.into_config()?).await?;
             Response::Done
         }
-        Request::Verify { .. } => {
-            return Err(Error::Unsupported {
-                what: "verify through the admin endpoint (not built yet)".into(),
-            });
-        }
+        Request::Verify { topic } => Response::Verify(e.verify(topic.as_deref()).await?),
     })
 }
 

@@ -3,15 +3,17 @@
 //!
 //! - `Offline`: no process owns the directory; this one opens it (`Spool::open_with`)
 //!   and `close` releases it after the command.
-//! - Next (API.md, "Operating a live instance"): a variant holding the owner's admin
-//!   client, tried first when the directory is locked. Its methods mirror `Spool`'s, so
-//!   each method here gets one more `match` arm and no command changes: commands use
-//!   only these primitives (dlq, reset's dry run and `tail --follow` are built from them).
+//! - `Live`: an application owns the directory and serves its admin endpoint (API.md,
+//!   "Operating a live instance"); every call goes to the owner through
+//!   `spool::admin::Client`, whose methods mirror `Spool`'s. Commands use only these
+//!   primitives (dlq, reset's dry run and `tail --follow` are built from them), so they
+//!   do not know which variant they talk to.
 //!
 //! **Invariant:** nothing but `Backend` reaches the library's `Spool` in the binary.
 
 use std::path::Path;
 
+use spool::admin::Client;
 use spool::{
     GroupInfo, Headers, OffsetReset, Record, SnapshotInfo, Spool, TopicInfo, VerifyReport,
 };
@@ -24,22 +26,31 @@ use crate::target::Target;
 pub enum Backend {
     /// The directory opened by this process for the command's length.
     Offline(Spool),
+    /// The owner's admin endpoint (its calls block, briefly: a command does one thing).
+    Live(Client),
 }
 
 type Result<T> = std::result::Result<T, Failure>;
 
 impl Backend {
     /// Reaches the instance `target` names: checks the directory (`creates`: publish may
-    /// make it), then opens it. A directory an application holds is refused until the
-    /// admin endpoint exists.
+    /// make it), then goes through the owner's admin endpoint if one answers, else opens
+    /// the directory itself. A directory held by an owner that serves no endpoint
+    /// (`Admin=Off`) or does not answer is refused.
     pub async fn connect(target: &Target, creates: bool) -> Result<Backend> {
         target.check(creates)?;
+        if target.dir().is_dir()
+            && let Some(client) = Client::connect(target.dir())?
+        {
+            tracing::debug!(socket = %client.socket_path().display(), "through the owner");
+            return Ok(Backend::Live(client));
+        }
         match Spool::open_with(target.options.clone()) {
             Ok(mq) => Ok(Backend::Offline(mq)),
             Err(spool::Error::Locked { .. }) => Err(Failure::failed(format!(
-                "{} is open in another process (an application owns it), and this build \
-                 cannot reach a running owner yet: stop the owner, or run the command on a \
-                 snapshot the owner takes",
+                "{} is open in another process whose admin endpoint does not answer (its \
+                 connection string says Admin=Off, or it is stuck): turn the endpoint on, \
+                 or stop the owner",
                 target.dir().display()
             ))),
             Err(e) => Err(e.into()),
@@ -50,6 +61,7 @@ impl Backend {
     pub async fn close(&self) -> Result<()> {
         match self {
             Backend::Offline(mq) => Ok(mq.close().await?),
+            Backend::Live(_) => Ok(()),
         }
     }
 
@@ -57,6 +69,7 @@ impl Backend {
     pub async fn topics(&self) -> Result<Vec<String>> {
         match self {
             Backend::Offline(mq) => Ok(mq.topics()?),
+            Backend::Live(c) => Ok(c.topics()?),
         }
     }
 
@@ -64,6 +77,7 @@ impl Backend {
     pub async fn topic_info(&self, topic: &str) -> Result<TopicInfo> {
         match self {
             Backend::Offline(mq) => Ok(mq.topic_info(topic)?),
+            Backend::Live(c) => Ok(c.topic_info(topic)?),
         }
     }
 
@@ -71,6 +85,7 @@ impl Backend {
     pub async fn groups(&self, topic: &str) -> Result<Vec<String>> {
         match self {
             Backend::Offline(mq) => Ok(mq.groups(topic)?),
+            Backend::Live(c) => Ok(c.groups(topic)?),
         }
     }
 
@@ -78,6 +93,7 @@ impl Backend {
     pub async fn group_info(&self, topic: &str, group: &str) -> Result<GroupInfo> {
         match self {
             Backend::Offline(mq) => Ok(mq.group_info(topic, group)?),
+            Backend::Live(c) => Ok(c.group_info(topic, group)?),
         }
     }
 
@@ -86,6 +102,7 @@ impl Backend {
         tracing::info!(topic, group, ?to, "admin request: reset");
         match self {
             Backend::Offline(mq) => Ok(mq.reset_offset(topic, group, to).await?),
+            Backend::Live(c) => Ok(c.reset_offset(topic, group, to)?),
         }
     }
 
@@ -93,6 +110,7 @@ impl Backend {
     pub async fn fetch(&self, topic: &str, from: u64, max: usize) -> Result<Vec<Record>> {
         match self {
             Backend::Offline(mq) => Ok(mq.fetch(topic, from, max).await?),
+            Backend::Live(c) => Ok(c.fetch(topic, from, max)?),
         }
     }
 
@@ -105,6 +123,7 @@ impl Backend {
         tracing::info!(topic, messages = messages.len(), "admin request: publish");
         match self {
             Backend::Offline(mq) => Ok(mq.publish_batch(topic, messages).await?),
+            Backend::Live(c) => Ok(c.publish_batch(topic, messages)?),
         }
     }
 
@@ -113,6 +132,7 @@ impl Backend {
         tracing::info!(topic, group, "admin request: delete group");
         match self {
             Backend::Offline(mq) => Ok(mq.delete_group(topic, group).await?),
+            Backend::Live(c) => Ok(c.delete_group(topic, group)?),
         }
     }
 
@@ -121,6 +141,7 @@ impl Backend {
         tracing::info!(topic, offset, "admin request: delete records");
         match self {
             Backend::Offline(mq) => Ok(mq.delete_records_before(topic, offset).await?),
+            Backend::Live(c) => Ok(c.delete_records_before(topic, offset)?),
         }
     }
 
@@ -129,6 +150,7 @@ impl Backend {
         tracing::info!(dest = %dest.display(), "admin request: snapshot");
         match self {
             Backend::Offline(mq) => Ok(mq.snapshot(dest).await?),
+            Backend::Live(c) => Ok(c.snapshot(dest)?),
         }
     }
 
@@ -136,6 +158,7 @@ impl Backend {
     pub async fn verify(&self, topic: Option<&str>) -> Result<VerifyReport> {
         match self {
             Backend::Offline(mq) => Ok(mq.verify(topic).await?),
+            Backend::Live(c) => Ok(c.verify(topic)?),
         }
     }
 }
