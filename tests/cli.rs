@@ -245,35 +245,13 @@ fn dead_letters_list_show_and_replay_once() {
     );
 
     let before = fingerprint(d);
-    let dry = spool(
-        d,
-        &[
-            "dlq",
-            "replay",
-            "orders.dlq",
-            "--to",
-            "orders.retry",
-            "--output",
-            "json",
-        ],
-    )
-    .json();
+    let dry = replay(d, false);
     assert_eq!(
         dry,
         serde_json::json!({"to": "orders.retry", "replayed": 2, "duplicates": 0, "executed": false})
     );
     assert_eq!(fingerprint(d), before, "a dry run changed something");
-    let args = [
-        "dlq",
-        "replay",
-        "orders.dlq",
-        "--to",
-        "orders.retry",
-        "--execute",
-        "--output",
-        "json",
-    ];
-    let first = spool(d, &args).json();
+    let first = replay(d, true);
     assert_eq!(
         (first["replayed"].as_u64(), first["duplicates"].as_u64()),
         (Some(2), Some(0))
@@ -286,29 +264,14 @@ fn dead_letters_list_show_and_replay_once() {
     assert_eq!(h["x-original-topic"], "orders");
     assert_eq!(h["x-dead-letter-reason"], "validation failed");
     assert_eq!(copies[0]["payload"], "m1");
-    // Run twice: each message appended once.
-    let dry = spool(
-        d,
-        &[
-            "dlq",
-            "replay",
-            "orders.dlq",
-            "--to",
-            "orders.retry",
-            "--output",
-            "json",
-        ],
-    )
-    .json();
-    assert_eq!(
-        (dry["replayed"].as_u64(), dry["duplicates"].as_u64()),
-        (Some(0), Some(2))
-    );
-    let second = spool(d, &args).json();
-    assert_eq!(
-        (second["replayed"].as_u64(), second["duplicates"].as_u64()),
-        (Some(0), Some(2))
-    );
+    // Run twice: each message appended once (the dry run says so first).
+    for execute in [false, true] {
+        let again = replay(d, execute);
+        assert_eq!(
+            (again["replayed"].as_u64(), again["duplicates"].as_u64()),
+            (Some(0), Some(2))
+        );
+    }
     assert_eq!(
         spool(d, &["tail", "orders.retry", "--output", "json"])
             .json_lines()
@@ -320,6 +283,23 @@ fn dead_letters_list_show_and_replay_once() {
         &spool(d, &["dlq", "replay", "orders.dlq", "--to", "orders.dlq"]),
         1,
     );
+}
+
+/// `dlq replay orders.dlq --to orders.retry` as JSON, a dry run unless `execute`.
+fn replay(d: &std::path::Path, execute: bool) -> serde_json::Value {
+    let mut args = vec![
+        "--output",
+        "json",
+        "dlq",
+        "replay",
+        "orders.dlq",
+        "--to",
+        "orders.retry",
+    ];
+    if execute {
+        args.push("--execute");
+    }
+    spool(d, &args).json()
 }
 
 #[test]

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant, SystemTime};
 use common_groups::{assert_nothing, manual, open, publish_n, recv};
 use spool::consts::UNCLEAN_STOP_REASON;
 use spool::testing::{SimFs, without_background_work};
-use spool::{Error, Options, SyncPolicy};
+use spool::{Consumer, Error, Options, SyncPolicy};
 
 const TOPIC: &str = "delay.events";
 const GROUP: &str = "workers";
@@ -115,6 +115,20 @@ async fn a_reopen_inside_the_delay_still_waits() {
     assert_eq!((d.offset(), d.attempt()), (0, 2));
 }
 
+/// Receives the next delivery, nacks it (with `delay` if given) and checks that it comes
+/// due `expect` later; returns the delivery's attempt.
+async fn nack_and_expect(c: &mut Consumer, delay: Option<Duration>, expect: Duration) -> u32 {
+    let d = recv(c).await;
+    let attempt = d.attempt();
+    let before = SystemTime::now();
+    let out = match delay {
+        Some(delay) => d.nack_with_delay("again", delay).await,
+        None => d.nack("again").await,
+    };
+    assert_due(out.unwrap().redeliver_at, before, SystemTime::now(), expect);
+    attempt
+}
+
 #[tokio::test]
 async fn the_backoff_gives_the_nth_failure_the_nth_delay() {
     let dir = tempfile::tempdir().unwrap();
@@ -125,16 +139,8 @@ async fn the_backoff_gives_the_nth_failure_the_nth_delay() {
     publish_n(&mq, TOPIC, 1).await;
     let mut c = manual(&mq, TOPIC, GROUP, 1);
     for (n, ms) in [(1, 20), (2, 50), (3, 50)] {
-        let d = recv(&mut c).await;
-        assert_eq!(d.attempt(), n);
-        let before = SystemTime::now();
-        let out = d.nack("again").await.unwrap();
-        assert_due(
-            out.redeliver_at,
-            before,
-            SystemTime::now(),
-            Duration::from_millis(ms),
-        );
+        let attempt = nack_and_expect(&mut c, None, Duration::from_millis(ms)).await;
+        assert_eq!(attempt, n);
     }
     // The fourth failure reaches the limit: dead-lettered, nothing to wait for.
     let out = recv(&mut c).await.nack("last").await.unwrap();
@@ -151,40 +157,12 @@ async fn an_exponential_backoff_doubles_and_an_explicit_delay_wins() {
     publish_n(&mq, TOPIC, 1).await;
     let mut c = manual(&mq, TOPIC, GROUP, 1);
     for ms in [10, 20, 30, 30] {
-        let before = SystemTime::now();
-        let out = recv(&mut c).await.nack("again").await.unwrap();
-        assert_due(
-            out.redeliver_at,
-            before,
-            SystemTime::now(),
-            Duration::from_millis(ms),
-        );
+        nack_and_expect(&mut c, None, Duration::from_millis(ms)).await;
     }
-    let before = SystemTime::now();
-    let d = recv(&mut c).await;
-    let out = d
-        .nack_with_delay("mine", Duration::from_millis(70))
-        .await
-        .unwrap();
-    assert_due(
-        out.redeliver_at,
-        before,
-        SystemTime::now(),
-        Duration::from_millis(70),
-    );
-    // Zero is a plain nack: the backoff's delay (its fifth step, 30 ms).
-    let before = SystemTime::now();
-    let out = recv(&mut c)
-        .await
-        .nack_with_delay("zero", Duration::ZERO)
-        .await
-        .unwrap();
-    assert_due(
-        out.redeliver_at,
-        before,
-        SystemTime::now(),
-        Duration::from_millis(30),
-    );
+    let mine = Duration::from_millis(70);
+    nack_and_expect(&mut c, Some(mine), mine).await;
+    // Zero is a plain nack: the backoff's delay (its sixth step, 30 ms).
+    nack_and_expect(&mut c, Some(Duration::ZERO), Duration::from_millis(30)).await;
 }
 
 #[tokio::test]
