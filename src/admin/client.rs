@@ -62,6 +62,15 @@ const REDIAL_AFTER: Duration = IDLE_TIMEOUT.saturating_sub(Duration::from_secs(5
 /// when nobody serves there (a dead owner's socket) or the owner is closing.
 fn dial(dir: &Path, socket: &Path) -> Result<Option<(UnixStream, String)>> {
     let ctx = || format!("connecting to the admin endpoint {}", socket.display());
+    if private::is_socket(socket) && !private::is_own_socket(socket) {
+        return Err(transport(
+            ctx(),
+            std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                "the socket belongs to another user: not talking to it",
+            ),
+        ));
+    }
     let stream = match UnixStream::connect(socket) {
         Ok(s) => s,
         Err(e) => {
@@ -396,7 +405,13 @@ fn done(r: Response) -> Result<()> {
 
 fn unexpected(r: Response) -> Error {
     let mut what = format!("{r:?}");
-    what.truncate(200);
+    if what.len() > 200 {
+        let mut end = 200;
+        while !what.is_char_boundary(end) {
+            end -= 1;
+        }
+        what.truncate(end);
+    }
     protocol_error(format!("an answer of the wrong kind: {what}"))
 }
 

@@ -160,6 +160,11 @@ impl Drop for Server {
 
 /// Clears a dead owner's files, binds owner-only, and writes the pointer if one is due.
 fn bind(data_dir: &Path, p: &Placement) -> Result<UnixListener> {
+    // The fallback directory checked first (ours, 0700, not a link): a stale socket is
+    // removed only from a directory that is ours.
+    if let Some(d) = &p.private_dir {
+        private::private_dir(d)?;
+    }
     let inside = data_dir.join(socket_path::SOCKET_FILE);
     for stale in [&inside, &p.socket] {
         if private::is_socket(stale) {
@@ -167,9 +172,6 @@ fn bind(data_dir: &Path, p: &Placement) -> Result<UnixListener> {
         }
     }
     private::remove_file(&data_dir.join(socket_path::POINTER_FILE))?;
-    if let Some(d) = &p.private_dir {
-        private::private_dir(d)?;
-    }
     let listener = UnixListener::bind(&p.socket).map_err(|e| {
         Error::io(
             format!("binding the admin socket {}", p.socket.display()),

@@ -3,7 +3,7 @@
 //! there); nothing here is synced: these files mean something only while their owner runs.
 
 use std::io::Read;
-use std::os::unix::fs::{DirBuilderExt, FileTypeExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::error::{IoContext, Result};
@@ -21,6 +21,19 @@ pub fn is_dir(path: &Path) -> bool {
 /// Whether `path` is a Unix socket (not followed if a link).
 pub fn is_socket(path: &Path) -> bool {
     std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket())
+}
+
+/// This process's effective user id: the owner of `/proc/self` (Linux). `None` where
+/// that cannot be read; the ownership checks below are then skipped.
+pub fn own_uid() -> Option<u32> {
+    std::fs::metadata("/proc/self").ok().map(|m| m.uid())
+}
+
+/// Whether `path` is a socket (not a link to one) owned by this process's user: a
+/// client never talks to a socket another local user put where the owner's would be.
+pub fn is_own_socket(path: &Path) -> bool {
+    std::fs::symlink_metadata(path)
+        .is_ok_and(|m| m.file_type().is_socket() && own_uid().is_none_or(|uid| m.uid() == uid))
 }
 
 /// Makes `path` readable and writable by its owner only (0600).
@@ -46,7 +59,8 @@ pub fn remove_empty_dir(path: &Path) {
 }
 
 /// Creates `dir` with mode 0700, or checks that the one there is a directory (not a
-/// link) that nobody but its owner may enter: another user's or an open one is refused.
+/// link) that nobody but its owner, this process's user, may enter: another user's or an
+/// open one is refused.
 pub fn private_dir(dir: &Path) -> Result<()> {
     match std::fs::DirBuilder::new().mode(0o700).create(dir) {
         Ok(()) => return Ok(()),
@@ -59,7 +73,8 @@ pub fn private_dir(dir: &Path) -> Result<()> {
         }
     }
     let m = std::fs::symlink_metadata(dir).ctx(|| format!("inspecting {}", dir.display()))?;
-    if !m.file_type().is_dir() || m.permissions().mode() & 0o077 != 0 {
+    let others = own_uid().is_some_and(|uid| m.uid() != uid);
+    if !m.file_type().is_dir() || m.permissions().mode() & 0o077 != 0 || others {
         return Err(crate::error::Error::io(
             format!("using {} for the admin socket", dir.display()),
             std::io::Error::new(

@@ -1,5 +1,6 @@
 //! `verify`, `snapshot`, `delete-records`, `delete-group` and `serve`.
 
+use std::io::Write;
 use std::path::PathBuf;
 
 use serde::Serialize;
@@ -103,7 +104,8 @@ fn print_verify(topics: &[TopicCheck]) -> Result<(), Failure> {
     if damaged.is_empty() {
         return Ok(());
     }
-    println!();
+    // Not `println!`: it panics on a closed pipe (`spool verify | head -1`).
+    writeln!(std::io::stdout().lock())?;
     let mut t = table(&["file", "position", "problem"]);
     for p in damaged {
         let at = p.position.map_or("-".to_owned(), |n| n.to_string());

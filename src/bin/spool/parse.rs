@@ -12,7 +12,14 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 pub fn rfc3339(s: &str) -> Result<SystemTime, String> {
     let bad = || format!("`{s}` is not an RFC 3339 time (like 2026-12-02T10:00:00Z)");
     let b = s.as_bytes();
-    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || b[13] != b':' || b[16] != b':' {
+    // ASCII only: the fields below are sliced by byte position.
+    if !s.is_ascii()
+        || b.len() < 20
+        || b[4] != b'-'
+        || b[7] != b'-'
+        || b[13] != b':'
+        || b[16] != b':'
+    {
         return Err(bad());
     }
     if !matches!(b[10], b'T' | b't' | b' ') {
