@@ -231,8 +231,15 @@ fn admit(shared: &Arc<Shared>, stream: UnixStream) {
     let spawned = std::thread::Builder::new()
         .name("spool-admin-conn".into())
         .spawn(move || {
+            // Its slot is given back however `serve` ends (a panic included).
+            struct Slot<'a>(&'a Shared, u64);
+            impl Drop for Slot<'_> {
+                fn drop(&mut self) {
+                    lock(&self.0.conns).remove(&self.1);
+                }
+            }
+            let _slot = Slot(&sh, id);
             serve(&sh, &stream);
-            lock(&sh.conns).remove(&id);
         });
     if spawned.is_err() {
         lock(&shared.conns).remove(&id);

@@ -106,7 +106,9 @@ impl Engine {
         if let Some(t) = topic {
             crate::names::check(t)?;
         }
-        let _files = self.deletions.read().unwrap_or_else(|e| e.into_inner());
+        // To write, as a snapshot does: retention and record deletion (which take it to
+        // read) wait, so no segment goes away while it is read.
+        let _files = self.deletions.write().unwrap_or_else(|e| e.into_inner());
         let catalog_topics = self.catalog.topics()?;
         let starts = self.catalog.topic_starts()?;
         let groups = self.catalog.groups()?;

@@ -78,8 +78,8 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     // Verify reads a closed directory's logs before opening it (an open would cut a
     // damaged active tail away), and reports damage that stops an open as damage.
     let verifying = matches!(cli.command, Command::Verify { .. });
-    if let Command::Verify { topic } = &cli.command {
-        admin::verify_closed(&target, cli.output, topic.as_deref()).await?;
+    if verifying {
+        admin::verify_closed(&target, cli.output).await?;
     }
     let backend = match Backend::connect(&target, creates).await {
         Err(f) if verifying => return Err(f.into_damage()),
