@@ -281,15 +281,7 @@ impl VerifyPlan {
             };
             let (record, len) = match frame {
                 Frame::Complete { record, len } => (record, len),
-                // The last segment's records end at zeros: space preallocated after them,
-                // or the zeroed frame header the writer puts ahead of each write (over a
-                // recycled file's old records). Open reads the log the same way.
-                _ if zeros_ok
-                    && (zeros(&file, pos, end)
-                        || zeros(&file, pos, (pos + FRAME_HEADER_LEN as u64).min(end))) =>
-                {
-                    break;
-                }
+                _ if zeros_ok && records_end_at(&file, pos, end) => break,
                 Frame::Incomplete { needed } => {
                     problems.push(at(
                         pos,
@@ -341,6 +333,13 @@ impl VerifyPlan {
 
 /// Whether `file` holds only zeros in `[from, to)` (written ahead, never a record);
 /// a read error counts as not (the frame there is then reported).
+/// Whether the last segment's records end at `pos`: zeros follow (space preallocated after
+/// them), or a zeroed frame header (the one the writer puts ahead of each write, over a
+/// recycled file's old records). Open reads the log the same way.
+fn records_end_at(file: &DataFile, pos: u64, end: u64) -> bool {
+    zeros(file, pos, end) || zeros(file, pos, (pos + FRAME_HEADER_LEN as u64).min(end))
+}
+
 fn zeros(file: &DataFile, from: u64, to: u64) -> bool {
     let mut buf = vec![0u8; CHUNK];
     let mut at = from;

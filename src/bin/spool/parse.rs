@@ -13,16 +13,8 @@ pub fn rfc3339(s: &str) -> Result<SystemTime, String> {
     let bad = || format!("`{s}` is not an RFC 3339 time (like 2026-12-02T10:00:00Z)");
     let b = s.as_bytes();
     // ASCII only: the fields below are sliced by byte position.
-    if !s.is_ascii()
-        || b.len() < 20
-        || b[4] != b'-'
-        || b[7] != b'-'
-        || b[13] != b':'
-        || b[16] != b':'
-    {
-        return Err(bad());
-    }
-    if !matches!(b[10], b'T' | b't' | b' ') {
+    let shape = s.is_ascii() && b.len() >= 20 && matches!(b[10], b'T' | b't' | b' ');
+    if !shape || [b[4], b[7], b[13], b[16]] != [b'-', b'-', b':', b':'] {
         return Err(bad());
     }
     let num = |r: std::ops::Range<usize>| -> Result<i64, String> {
