@@ -518,6 +518,18 @@ pub enum FrameError {
 /// Reads one frame's body. The body is read as it arrives (never allocated up front from
 /// the prefix), so a peer that announces much and sends little costs little.
 pub fn read_frame<R: Read>(r: &mut R) -> std::result::Result<Vec<u8>, FrameError> {
+    read_frame_up_to(r, MAX_FRAME_BYTES)
+}
+
+/// The largest hello a client may send: a hello is a few dozen bytes, and before it no
+/// client has shown it speaks the protocol (so none may make the owner buffer 64 MiB).
+pub const MAX_HELLO_BYTES: usize = 1024;
+
+/// [`read_frame`] with a smaller limit than [`MAX_FRAME_BYTES`] (the hello's).
+pub fn read_frame_up_to<R: Read>(
+    r: &mut R,
+    max: usize,
+) -> std::result::Result<Vec<u8>, FrameError> {
     let mut len = [0u8; 4];
     let mut got = 0;
     while got < 4 {
@@ -530,7 +542,7 @@ pub fn read_frame<R: Read>(r: &mut R) -> std::result::Result<Vec<u8>, FrameError
         }
     }
     let len = u64::from(u32::from_le_bytes(len));
-    if len > MAX_FRAME_BYTES as u64 {
+    if len > max.min(MAX_FRAME_BYTES) as u64 {
         return Err(FrameError::TooLarge(len));
     }
     let mut body = Vec::new();
@@ -553,6 +565,20 @@ pub fn decode<'a, T: Deserialize<'a>>(body: &'a [u8]) -> std::result::Result<T, 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Found by review: a hello could be a 64 MiB frame, buffered before the client had
+    /// shown it speaks the protocol. A hello frame above `MAX_HELLO_BYTES` is refused
+    /// from its length alone; a real hello fits.
+    #[test]
+    fn a_hello_frame_is_small() {
+        let mut hello = Vec::new();
+        write_frame(&mut hello, &Hello::current()).expect("write");
+        assert!(read_frame_up_to(&mut &hello[..], MAX_HELLO_BYTES).is_ok());
+        let mut big = (MAX_HELLO_BYTES as u32 + 1).to_le_bytes().to_vec();
+        big.resize(4 + MAX_HELLO_BYTES + 1, 0);
+        let r = read_frame_up_to(&mut &big[..], MAX_HELLO_BYTES);
+        assert!(matches!(r, Err(FrameError::TooLarge(n)) if n == MAX_HELLO_BYTES as u64 + 1));
+    }
 
     #[test]
     fn frames_round_trip_and_bounds_hold_before_reading() {

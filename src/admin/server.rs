@@ -23,8 +23,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::protocol::{
-    FrameError, Hello, MAX_FRAME_BYTES, PROTOCOL_VERSION, Request, Response, WireError, decode,
-    read_frame, write_frame,
+    FrameError, Hello, MAX_FRAME_BYTES, MAX_HELLO_BYTES, PROTOCOL_VERSION, Request, Response,
+    WireError, decode, read_frame_up_to, write_frame,
 };
 use super::socket_path::{self, Placement};
 use crate::error::{Error, Result};
@@ -275,19 +275,19 @@ impl Read for Deadline<'_> {
 }
 
 /// The next frame's body, or `None` after answering what went wrong (then close).
-fn next_frame(stream: &UnixStream, within: Duration) -> Option<Vec<u8>> {
+fn next_frame(stream: &UnixStream, within: Duration, max: usize) -> Option<Vec<u8>> {
     let mut r = Deadline {
         stream,
         until: Instant::now() + within,
     };
-    match read_frame(&mut r) {
+    match read_frame_up_to(&mut r, max) {
         Ok(body) => Some(body),
         Err(FrameError::Closed) => None,
         Err(FrameError::TooLarge(n)) => {
             tracing::debug!(bytes = n, "admin endpoint: refused a frame above the limit");
             refuse(
                 stream,
-                format!("a frame of {n} bytes is larger than the limit ({MAX_FRAME_BYTES})"),
+                format!("a frame of {n} bytes is larger than the limit ({max})"),
             );
             None
         }
@@ -303,7 +303,7 @@ fn next_frame(stream: &UnixStream, within: Duration) -> Option<Vec<u8>> {
 
 /// One connection: the hello, then requests until the client closes, errs or idles.
 fn serve(shared: &Shared, stream: &UnixStream) {
-    let Some(body) = next_frame(stream, HELLO_TIMEOUT) else {
+    let Some(body) = next_frame(stream, HELLO_TIMEOUT, MAX_HELLO_BYTES) else {
         return;
     };
     match decode::<Hello>(&body) {
@@ -325,7 +325,7 @@ fn serve(shared: &Shared, stream: &UnixStream) {
     if write_frame(&mut &*stream, &hello).is_err() {
         return;
     }
-    while let Some(body) = next_frame(stream, IDLE_TIMEOUT) {
+    while let Some(body) = next_frame(stream, IDLE_TIMEOUT, MAX_FRAME_BYTES) {
         let request = match decode::<Request>(&body) {
             Ok(r) => r,
             Err(e) => return refuse(stream, format!("an undecodable request ({e})")),
