@@ -7,7 +7,6 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use super::deadline::wall_ms;
 use super::engine::lock;
 use super::group::Group;
 use super::group_cell::{GroupCell, group_ops};
@@ -98,7 +97,7 @@ impl Engine {
         if !g.deadlines.is_empty() {
             // An expired delivery finishes nothing; an auto-ack of one is ignored, as a
             // stale one is.
-            match self.refuse_expired(r, g, ticket, wall_ms()) {
+            match self.refuse_expired(r, g, ticket) {
                 Err(e) if durable => return Err(e),
                 Err(_) => return Ok(None),
                 Ok(()) => {}
@@ -136,7 +135,7 @@ impl Engine {
     /// whose deadline passed counts as the failed attempt it is).
     pub fn release_delivery(&self, r: &GroupRef, ticket: Ticket) {
         let mut g = r.group.lock();
-        if self.refuse_expired(r, &mut g, ticket, wall_ms()).is_err() {
+        if self.refuse_expired(r, &mut g, ticket).is_err() {
             return;
         }
         if g.holds(ticket.offset, ticket.epoch, ticket.token) {

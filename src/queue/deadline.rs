@@ -24,17 +24,13 @@ impl Engine {
     /// caller's own work, an auto-ack for one, must not be lost to it. A failed attempt
     /// commit leaves the offset waiting, uncounted; a failed dead-letter copy leaves it
     /// waiting too.
-    pub(super) fn expire_due(
-        &self,
-        t: &Topic,
-        group: &str,
-        g: &mut Group,
-        now: Instant,
-        now_ms: u64,
-    ) {
+    /// The clocks are read only for a group with a deadline out: a hand-out of a group
+    /// without deadlines reads none.
+    pub(super) fn expire_due(&self, t: &Topic, group: &str, g: &mut Group) {
         if g.deadlines.is_empty() {
             return;
         }
+        let (now, now_ms) = (Instant::now(), wall_ms());
         for offset in g.expired(now) {
             g.take_out(offset);
             let failure = Failure::backoff(ACK_DEADLINE_REASON);
@@ -47,20 +43,14 @@ impl Engine {
 
     /// Refuses `ticket` with `DeliveryExpired` if it is still out but its deadline has
     /// passed (taking it back first). Free for a group without deadlines.
-    pub(super) fn refuse_expired(
-        &self,
-        r: &GroupRef,
-        g: &mut Group,
-        ticket: Ticket,
-        now_ms: u64,
-    ) -> Result<()> {
+    pub(super) fn refuse_expired(&self, r: &GroupRef, g: &mut Group, ticket: Ticket) -> Result<()> {
         let Some(&at) = g.deadlines.get(&ticket.offset) else {
             return Ok(());
         };
         if at > Instant::now() || !g.holds(ticket.offset, ticket.epoch, ticket.token) {
             return Ok(());
         }
-        self.expire_due(&r.topic, &r.name, g, Instant::now(), now_ms);
+        self.expire_due(&r.topic, &r.name, g);
         Err(expired(r, ticket.offset))
     }
 
@@ -71,10 +61,9 @@ impl Engine {
         r: &GroupRef,
         ticket: Ticket,
         deadline: Duration,
-        now_ms: u64,
     ) -> Result<Instant> {
         let mut g = r.group.lock();
-        self.refuse_expired(r, &mut g, ticket, now_ms)?;
+        self.refuse_expired(r, &mut g, ticket)?;
         if !g.holds(ticket.offset, ticket.epoch, ticket.token) {
             return Err(Error::StaleDelivery {
                 offset: ticket.offset,

@@ -194,7 +194,7 @@ impl Engine {
                 owed = finish_held(&mut g, prev) && prev.offset < g.careful_until;
             }
         }
-        self.expire_due(&r.topic, &r.name, &mut g, Instant::now(), wall_ms());
+        self.expire_due(&r.topic, &r.name, &mut g);
         let handout = self.hand_out_next(r, &mut g, lend, &mut owed);
         if owed {
             let ops = group_ops(&r.topic.name, &r.name, &mut g);

@@ -3,7 +3,6 @@
 //! **Invariant:** `lib.rs` re-exports every public item here; the queries commit nothing.
 
 use super::Engine;
-use super::deadline::wall_ms;
 use super::engine::lock;
 use super::topic_config::TopicConfig;
 use crate::error::Result;
@@ -156,7 +155,7 @@ impl Engine {
         let mut g = g.lock();
         self.clamp(&t, group, &mut g);
         // An expired delivery no longer counts as in flight.
-        self.expire_due(&t, group, &mut g, std::time::Instant::now(), wall_ms());
+        self.expire_due(&t, group, &mut g);
         // After the clamp, for the same reason: the cursor is at most the log's end.
         let next = t.reader.next();
         Ok(GroupInfo {

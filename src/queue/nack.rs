@@ -26,7 +26,7 @@ impl Engine {
         now_ms: u64,
     ) -> Result<NackOutcome> {
         let mut g = r.group.lock();
-        self.refuse_expired(r, &mut g, ticket, now_ms)?;
+        self.refuse_expired(r, &mut g, ticket)?;
         if !g.holds(ticket.offset, ticket.epoch, ticket.token) {
             return Err(Error::StaleDelivery {
                 offset: ticket.offset,

@@ -322,7 +322,7 @@ impl EmbeddedDelivery {
         };
         let at = sh
             .spool
-            .with_engine(|e| e.extend_deadline(&sh.group, self.ticket, d, now_ms()))
+            .with_engine(|e| e.extend_deadline(&sh.group, self.ticket, d))
             .map_err(|e| self.expired_or(e))?;
         *self.deadline.lock().unwrap_or_else(|e| e.into_inner()) = Some(at);
         Ok(())
