@@ -85,7 +85,17 @@ fn dial(dir: &Path, socket: &Path) -> Result<Option<(UnixStream, String)>> {
         .set_read_timeout(Some(CONNECT_TIMEOUT))
         .and_then(|()| stream.set_write_timeout(Some(CONNECT_TIMEOUT)))
         .map_err(|e| transport(ctx(), e))?;
-    write_frame(&mut &stream, &Hello::current()).map_err(|e| transport(ctx(), e))?;
+    // A busy or closing owner may refuse and close before the hello is written: its
+    // answer is still there to read, so a broken pipe here is not the error to report.
+    match write_frame(&mut &stream, &Hello::current()) {
+        Ok(()) => {}
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
+            ) => {}
+        Err(e) => return Err(transport(ctx(), e)),
+    }
     let body = match read_frame(&mut &stream) {
         Ok(b) => b,
         // Accepted, then closed unanswered: the owner is closing.
