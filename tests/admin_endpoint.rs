@@ -358,6 +358,96 @@ async fn garbage_after_the_hello_is_answered_and_closed() {
     mq.close().await.expect("close");
 }
 
+/// A varint as postcard writes it (7 bits a byte, low first).
+fn varint(mut n: u64, out: &mut Vec<u8>) {
+    while n >= 0x80 {
+        out.push((n as u8) | 0x80);
+        n >>= 7;
+    }
+    out.push(n as u8);
+}
+
+/// A raw connection past its hello (the owner's answer read).
+fn said_hello(sock: &Path) -> UnixStream {
+    let mut s = UnixStream::connect(sock).expect("connect");
+    s.write_all(&HELLO).expect("hello");
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len).expect("hello answer");
+    let mut body = vec![0u8; u32::from_le_bytes(len) as usize];
+    s.read_exact(&mut body).expect("hello body");
+    assert_eq!(body[0], 0, "Response::Hello");
+    s
+}
+
+/// Requests that would cost the owner much memory are refused before they do: a publish
+/// of more messages than one request carries (each two bytes on the wire, sixty in
+/// memory), and large frames past the budget for all connections. Small requests go on
+/// being served meanwhile, and nothing is appended.
+#[tokio::test]
+async fn requests_that_would_cost_the_owner_much_memory_are_refused() {
+    use spool::admin::limits::{MAX_BATCH_ITEMS, MAX_FRAME_BYTES, MAX_INFLIGHT_BYTES};
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mq = open(tmp.path(), "");
+    owner_is_not_stalled(&mq, tmp.path(), 0).await;
+    let sock = tmp.path().join("admin.sock");
+
+    // `PublishBatch` (variant 6) to "live" of MAX_BATCH_ITEMS + 1 empty messages.
+    let mut body = vec![6];
+    varint(4, &mut body);
+    body.extend_from_slice(b"live");
+    varint(MAX_BATCH_ITEMS as u64 + 1, &mut body);
+    body.extend(std::iter::repeat_n([0u8, 0u8], MAX_BATCH_ITEMS + 1).flatten());
+    let mut raw = said_hello(&sock);
+    raw.write_all(&(body.len() as u32).to_le_bytes())
+        .expect("len");
+    raw.write_all(&body).expect("body");
+    let answer = tokio::task::spawn_blocking(move || owner_answer(raw));
+    assert_eq!(answer.await.expect("join"), Some(ERROR_VARIANT));
+    // The client refuses such a batch itself, before sending anything.
+    let client = connect(tmp.path());
+    let many = vec![(Vec::<u8>::new(), Headers::new()); MAX_BATCH_ITEMS + 1];
+    let refused = client.publish_batch("live", many);
+    assert!(matches!(refused, Err(Error::Io { .. })), "{refused:?}");
+    assert_eq!(
+        client.topic_info("live").expect("info").next,
+        1,
+        "nothing appended"
+    );
+
+    // Frames of the largest size, their bodies never sent, fill the budget...
+    let fill = MAX_INFLIGHT_BYTES / (2 * MAX_FRAME_BYTES);
+    let holding: Vec<UnixStream> = (0..fill)
+        .map(|_| {
+            let mut s = said_hello(&sock);
+            s.write_all(&(MAX_FRAME_BYTES as u32).to_le_bytes())
+                .expect("len");
+            s.write_all(&[6, 4]).expect("a start");
+            s
+        })
+        .collect();
+    // ...so the next large one is told the owner is busy, before its body is read...
+    let mut large = said_hello(&sock);
+    large.write_all(&(1u32 << 20).to_le_bytes()).expect("len");
+    let answer = tokio::task::spawn_blocking(move || owner_answer(large));
+    assert_eq!(answer.await.expect("join"), Some(ERROR_VARIANT));
+    // ...while small requests, publishers and consumers go on.
+    owner_is_not_stalled(&mq, tmp.path(), 1).await;
+    drop(holding);
+    // Once they are gone, a large publish goes through the owner again (the budget is
+    // given back when the reader of a frame ends, which may take a moment).
+    let big = vec![(vec![7u8; 1 << 20], Headers::new())];
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let client = connect(tmp.path());
+    loop {
+        match client.publish_batch("live", big.clone()) {
+            Ok(offsets) => break assert_eq!(offsets, vec![2]),
+            Err(e) => assert!(Instant::now() < deadline, "never served again: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    mq.close().await.expect("close");
+}
+
 // ---- a dead owner's socket ------------------------------------------------------------
 
 const CHILD_DIR_ENV: &str = "SPOOL_TEST_ADMIN_CHILD_DIR";
@@ -409,5 +499,84 @@ async fn a_killed_owners_socket_does_not_stop_the_next_owner() {
     let mq = open(tmp.path(), "");
     publish_n(&mq, "t", 1).await;
     assert_eq!(connect(tmp.path()).topic_info("t").expect("info").next, 1);
+    mq.close().await.expect("close");
+}
+
+// ---- another user ---------------------------------------------------------------------
+
+const PEER_SOCKET_ENV: &str = "SPOOL_TEST_ADMIN_PEER_SOCKET";
+const PEER_TEST: &str = "child_of_another_user_says_hello";
+
+/// Not a test of its own: runs only in the child, of another user, that
+/// `another_users_connection_is_refused_even_when_the_mode_lets_it_in` spawns. Prints the
+/// first body byte of the owner's answer to a hello.
+#[test]
+fn child_of_another_user_says_hello() {
+    let Ok(sock) = std::env::var(PEER_SOCKET_ENV) else {
+        return;
+    };
+    // The first frame's first body byte: the owner keeps a served connection open.
+    let first = |mut s: UnixStream| -> std::io::Result<u8> {
+        s.set_read_timeout(Some(Duration::from_secs(15)))?;
+        s.write_all(&HELLO)?;
+        let mut frame = [0u8; 5];
+        s.read_exact(&mut frame)?;
+        Ok(frame[4])
+    };
+    let answer = match UnixStream::connect(&sock).and_then(first) {
+        Ok(b) => b.to_string(),
+        Err(e) => format!("failed: {e}"),
+    };
+    println!("\nANSWER={answer}");
+}
+
+/// The socket is owner-only; should its mode be opened (by hand, by a umask, by a copy),
+/// the owner still serves no other user: it asks the kernel who connected.
+/// Needs root, to run the child as `nobody`; skipped otherwise, and says so.
+#[tokio::test]
+async fn another_users_connection_is_refused_even_when_the_mode_lets_it_in() {
+    use std::os::unix::process::CommandExt;
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped: running a child as another user needs root");
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let open_mode = |p: &Path, mode: u32| {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).expect("chmod");
+    };
+    open_mode(tmp.path(), 0o755);
+    // The child runs a copy of this binary that `nobody` may read (the build's may sit in
+    // a private directory).
+    let exe = tmp.path().join("child");
+    std::fs::copy(std::env::current_exe().expect("current exe"), &exe).expect("copy");
+    open_mode(&exe, 0o755);
+    let data = tmp.path().join("data");
+    let mq = open(&data, "");
+    let sock = data.join("admin.sock");
+    open_mode(&data, 0o755);
+    open_mode(&sock, 0o666);
+
+    let home = tmp.path().to_owned();
+    let ask = move |uid: Option<u32>| {
+        let mut child = Command::new(&exe);
+        child
+            .args([PEER_TEST, "--exact", "--nocapture", "--test-threads=1"])
+            .env(PEER_SOCKET_ENV, &sock)
+            .current_dir(&home);
+        if let Some(uid) = uid {
+            child.uid(uid).gid(uid);
+        }
+        let out = child.output().expect("run child");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let answer = text.lines().find_map(|l| l.strip_prefix("ANSWER="));
+        let err = String::from_utf8_lossy(&out.stderr);
+        answer
+            .unwrap_or_else(|| panic!("no answer from the child: {text}\n{err}"))
+            .to_owned()
+    };
+    let answers = tokio::task::spawn_blocking(move || (ask(Some(65534)), ask(None)));
+    let (nobody, owner) = answers.await.expect("join");
+    assert_eq!(nobody, ERROR_VARIANT.to_string(), "another user is refused");
+    assert_eq!(owner, "0", "the owner's user is served (Response::Hello)");
     mq.close().await.expect("close");
 }

@@ -9,11 +9,12 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use super::protocol::{
-    FrameError, Hello, Payload, Request, Response, WireTopicConfig, decode, protocol_error,
-    read_frame, write_frame,
+    FrameError, Hello, Payload, Request, Response, WireBatch, WireTopicConfig, decode,
+    protocol_error, read_frame, write_frame,
 };
 use super::server::IDLE_TIMEOUT;
 use super::socket_path;
+use super::wire_batch::MAX_BATCH_ITEMS;
 use crate::error::{Error, Result};
 use crate::format::Headers;
 use crate::format::record::Record;
@@ -85,17 +86,7 @@ fn dial(dir: &Path, socket: &Path) -> Result<Option<(UnixStream, String)>> {
         .set_read_timeout(Some(CONNECT_TIMEOUT))
         .and_then(|()| stream.set_write_timeout(Some(CONNECT_TIMEOUT)))
         .map_err(|e| transport(ctx(), e))?;
-    // A busy or closing owner may refuse and close before the hello is written: its
-    // answer is still there to read, so a broken pipe here is not the error to report.
-    match write_frame(&mut &stream, &Hello::current()) {
-        Ok(()) => {}
-        Err(e)
-            if matches!(
-                e.kind(),
-                std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
-            ) => {}
-        Err(e) => return Err(transport(ctx(), e)),
-    }
+    refused_or(write_frame(&mut &stream, &Hello::current())).map_err(|e| transport(ctx(), e))?;
     let body = match read_frame(&mut &stream) {
         Ok(b) => b,
         // Accepted, then closed unanswered: the owner is closing.
@@ -119,6 +110,17 @@ fn dial(dir: &Path, socket: &Path) -> Result<Option<(UnixStream, String)>> {
         )));
     }
     Ok(Some((stream, server_version)))
+}
+
+/// A write's result, with a broken pipe taken as "read the answer": an owner that is
+/// busy or closing may refuse and close before the frame is written (a hello, or a
+/// large request over its in-flight budget), and its answer is still there to read.
+fn refused_or(written: std::io::Result<()>) -> std::io::Result<()> {
+    use std::io::ErrorKind as K;
+    match written {
+        Err(e) if matches!(e.kind(), K::BrokenPipe | K::ConnectionReset) => Ok(()),
+        other => other,
+    }
 }
 
 fn transport(context: String, e: std::io::Error) -> Error {
@@ -201,7 +203,7 @@ impl Client {
         let set = stream
             .set_read_timeout(Some(t))
             .and_then(|()| stream.set_write_timeout(Some(t)));
-        let sent = set.and_then(|()| write_frame(&mut &*stream, request));
+        let sent = set.and_then(|()| refused_or(write_frame(&mut &*stream, request)));
         let got = match sent {
             // Too large to send: nothing was written, the connection is still good.
             Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => {
@@ -314,19 +316,34 @@ impl Client {
     }
 
     /// Appends messages in one write in the owner; all or nothing. A batch larger than a
-    /// frame (64 MiB) is refused here, and nothing is sent.
+    /// frame (64 MiB), or of more than `MAX_BATCH_ITEMS` messages and headers, is
+    /// refused here, and nothing is sent.
     pub fn publish_batch<P: Into<Bytes>>(
         &self,
         topic: &str,
         messages: Vec<(P, Headers)>,
     ) -> Result<Vec<u64>> {
         crate::names::check(topic)?;
-        let r = Request::PublishBatch {
-            topic: topic.into(),
-            messages: messages
+        let messages = WireBatch(
+            messages
                 .into_iter()
                 .map(|(p, h)| (Payload(p.into()), h))
                 .collect(),
+        );
+        if messages.items() > MAX_BATCH_ITEMS {
+            let what = format!(
+                "a batch of {} messages and headers is more than one request carries ({MAX_BATCH_ITEMS}); split it",
+                messages.items()
+            );
+            let e = std::io::Error::new(std::io::ErrorKind::InvalidInput, what);
+            return Err(transport(
+                format!("publishing to {topic} through the owner"),
+                e,
+            ));
+        }
+        let r = Request::PublishBatch {
+            topic: topic.into(),
+            messages,
         };
         match self.call(&r, Duration::ZERO)? {
             Response::Offsets(o) => Ok(o),

@@ -13,6 +13,7 @@
 //! Files, by role:
 //! - `protocol.rs`: frames, the versioned `Request`/`Response` enums.
 //! - `wire_error.rs`: `WireError`, an `Error` on the wire and back.
+//! - `wire_batch.rs`: a publish's messages, decoded within a bound on their number.
 //! - `socket_path.rs`: where the socket lives (`<data>/admin.sock`, or elsewhere with a
 //!   pointer when the path is too long for a socket address).
 //! - `server.rs`: the owner's listener and connection threads, and their bounds.
@@ -28,6 +29,7 @@ mod client;
 pub(crate) mod protocol;
 pub(crate) mod server;
 pub(crate) mod socket_path;
+mod wire_batch;
 mod wire_error;
 
 pub use client::{CONNECT_TIMEOUT, Client, DEFAULT_TIMEOUT, SNAPSHOT_TIMEOUT};
@@ -35,6 +37,10 @@ pub use client::{CONNECT_TIMEOUT, Client, DEFAULT_TIMEOUT, SNAPSHOT_TIMEOUT};
 /// The protocol's version and frame limit, for the command line's messages.
 pub mod limits {
     pub use super::protocol::{MAX_FRAME_BYTES, PROTOCOL_VERSION};
-    pub use super::server::{HELLO_TIMEOUT, IDLE_TIMEOUT, MAX_CONNECTIONS, WRITE_TIMEOUT};
+    pub use super::server::{
+        HELLO_TIMEOUT, IDLE_TIMEOUT, MAX_CONNECTIONS, MAX_INFLIGHT_BYTES, SMALL_FRAME_BYTES,
+        WRITE_TIMEOUT,
+    };
     pub use super::socket_path::{POINTER_FILE, SOCKET_FILE, SUN_PATH_MAX};
+    pub use super::wire_batch::MAX_BATCH_ITEMS;
 }

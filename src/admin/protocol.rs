@@ -32,6 +32,7 @@ use crate::format::record::Record;
 use crate::options::RetentionPolicy;
 use crate::queue::{GroupInfo, OffsetReset, PendingAttempt, SnapshotInfo, TopicConfig, TopicInfo};
 
+pub use super::wire_batch::WireBatch;
 pub use super::wire_error::WireError;
 
 /// The first bytes of every [`Hello`]: `SPAD` (spool admin).
@@ -85,11 +86,9 @@ pub enum Request {
         from: u64,
         max_records: u64,
     },
-    /// `publish_batch(topic, messages)` (a `publish` is a batch of one).
-    PublishBatch {
-        topic: String,
-        messages: Vec<(Payload, Headers)>,
-    },
+    /// `publish_batch(topic, messages)` (a `publish` is a batch of one); decoded within
+    /// [`MAX_BATCH_ITEMS`](super::wire_batch::MAX_BATCH_ITEMS).
+    PublishBatch { topic: String, messages: WireBatch },
     /// `delete_group(topic, group)`.
     DeleteGroup { topic: String, group: String },
     /// `delete_records_before(topic, offset)`.
@@ -530,6 +529,13 @@ pub fn read_frame_up_to<R: Read>(
     r: &mut R,
     max: usize,
 ) -> std::result::Result<Vec<u8>, FrameError> {
+    let len = read_frame_len(r, max)?;
+    read_frame_body(r, len)
+}
+
+/// A frame's length prefix, checked against `max` (and [`MAX_FRAME_BYTES`]) before
+/// anything past it is read.
+pub fn read_frame_len<R: Read>(r: &mut R, max: usize) -> std::result::Result<u64, FrameError> {
     let mut len = [0u8; 4];
     let mut got = 0;
     while got < 4 {
@@ -545,6 +551,11 @@ pub fn read_frame_up_to<R: Read>(
     if len > max.min(MAX_FRAME_BYTES) as u64 {
         return Err(FrameError::TooLarge(len));
     }
+    Ok(len)
+}
+
+/// The `len` bytes of a frame's body, read as they arrive.
+pub fn read_frame_body<R: Read>(r: &mut R, len: u64) -> std::result::Result<Vec<u8>, FrameError> {
     let mut body = Vec::new();
     r.take(len).read_to_end(&mut body).map_err(FrameError::Io)?;
     if body.len() as u64 != len {

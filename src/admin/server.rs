@@ -2,12 +2,18 @@
 //! (`spool-admin`) that accepts and a short-lived thread per connection
 //! (`spool-admin-conn`) that reads requests and answers them.
 //!
+//! **Who:** the socket is owner-only (0600); a peer of another user (`SO_PEERCRED`), which
+//! only a changed mode lets connect, is refused all the same. Root is served.
+//!
 //! **Bounds** (so that no client can stall the owner; each bound is a named constant):
 //! - at most [`MAX_CONNECTIONS`] at once; one more is answered "busy" and closed;
 //! - the hello within [`HELLO_TIMEOUT`], each later request within [`IDLE_TIMEOUT`], and
 //!   each write within [`WRITE_TIMEOUT`]; a client past one is closed;
 //! - a length prefix above `MAX_FRAME_BYTES` is answered with an error and closed, before
-//!   any of it is read; an undecodable frame (garbage) likewise.
+//!   any of it is read; an undecodable frame (garbage) likewise;
+//! - the large requests held at once, over all connections, take at most
+//!   [`MAX_INFLIGHT_BYTES`]; a frame that would pass it is answered "busy" and closed
+//!   before its body is read (a publish's decoding is bounded too: `wire_batch.rs`).
 //!
 //! The threads hold no lock of the instance while they wait on a client: a request is
 //! handed to the [`Handler`] (the instance) only once it is whole, so publishers and
@@ -17,14 +23,14 @@ use std::collections::HashMap;
 use std::io::Read;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::protocol::{
     FrameError, Hello, MAX_FRAME_BYTES, MAX_HELLO_BYTES, PROTOCOL_VERSION, Request, Response,
-    WireError, decode, read_frame_up_to, write_frame,
+    WireError, decode, read_frame_body, read_frame_len, write_frame,
 };
 use super::socket_path::{self, Placement};
 use crate::error::{Error, Result};
@@ -38,6 +44,15 @@ pub const HELLO_TIMEOUT: Duration = Duration::from_secs(2);
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Each write of an answer must go through this soon.
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Bytes of large requests held at once over all connections. A request above
+/// [`SMALL_FRAME_BYTES`] takes twice its frame's length (the frame, and the payloads
+/// decoded from it) from when its length is read until it is answered: two requests of
+/// the largest frame fit at once.
+pub const MAX_INFLIGHT_BYTES: usize = 4 * MAX_FRAME_BYTES;
+/// Frames up to this size take nothing from [`MAX_INFLIGHT_BYTES`] (at most
+/// [`MAX_CONNECTIONS`] of them are held at once), so large requests never keep out a
+/// `topics` or a `reset`.
+pub const SMALL_FRAME_BYTES: usize = 64 << 10;
 
 /// What answers the requests: the owning instance.
 pub trait Handler: Send + Sync + 'static {
@@ -68,6 +83,35 @@ struct Shared {
     next_id: AtomicU64,
     handler: Arc<dyn Handler>,
     data_dir: PathBuf,
+    /// Bytes taken from [`MAX_INFLIGHT_BYTES`] by the requests held now.
+    in_flight: AtomicUsize,
+}
+
+/// A request's share of [`MAX_INFLIGHT_BYTES`], given back on drop.
+struct Held<'a> {
+    from: &'a AtomicUsize,
+    bytes: usize,
+}
+
+impl Shared {
+    /// Takes `bytes` of the budget, or `None` if that would pass it.
+    fn hold(&self, bytes: usize) -> Option<Held<'_>> {
+        let fits = |taken: usize| {
+            taken
+                .checked_add(bytes)
+                .filter(|&t| t <= MAX_INFLIGHT_BYTES)
+        };
+        let from = &self.in_flight;
+        from.fetch_update(Ordering::AcqRel, Ordering::Acquire, fits)
+            .ok()
+            .map(|_| Held { from, bytes })
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.from.fetch_sub(self.bytes, Ordering::AcqRel);
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -95,6 +139,7 @@ impl Server {
             next_id: AtomicU64::new(0),
             handler,
             data_dir,
+            in_flight: AtomicUsize::new(0),
         });
         let sh = shared.clone();
         let acceptor = std::thread::Builder::new()
@@ -210,6 +255,13 @@ fn accept_loop(listener: &UnixListener, shared: &Arc<Shared>) {
 /// Starts a connection's thread, or answers "busy" when [`MAX_CONNECTIONS`] are open.
 fn admit(shared: &Arc<Shared>, stream: UnixStream) {
     let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
+    if let Some(uid) = private::peer_uid(&stream).filter(|&u| !may_connect(u)) {
+        // The socket is owner-only, so only a changed mode lets another user this far.
+        tracing::warn!(uid, "admin endpoint: refused a connection of another user");
+        let _ = stream.set_write_timeout(Some(Duration::from_millis(100)));
+        let what = format!("the admin endpoint serves only its owner's user, not uid {uid}");
+        return refuse(&stream, what);
+    }
     let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
     {
         let mut conns = lock(&shared.conns);
@@ -246,6 +298,12 @@ fn admit(shared: &Arc<Shared>, stream: UnixStream) {
     }
 }
 
+/// Whether a peer of user `uid` is served: the owner's user, or root (who may read the
+/// data directory anyway).
+fn may_connect(uid: u32) -> bool {
+    uid == private::own_uid() || uid == 0
+}
+
 /// Answers with an error that says what went wrong; the caller then closes.
 fn refuse(stream: &UnixStream, what: String) {
     let answer = Response::Error(WireError::Unsupported { what });
@@ -274,14 +332,36 @@ impl Read for Deadline<'_> {
     }
 }
 
-/// The next frame's body, or `None` after answering what went wrong (then close).
-fn next_frame(stream: &UnixStream, within: Duration, max: usize) -> Option<Vec<u8>> {
+/// The next frame's body and its share of the budget (none for a small one), or `None`
+/// after answering what went wrong (then close).
+fn next_frame<'s>(
+    shared: &'s Shared,
+    stream: &UnixStream,
+    within: Duration,
+    max: usize,
+) -> Option<(Vec<u8>, Option<Held<'s>>)> {
     let mut r = Deadline {
         stream,
         until: Instant::now() + within,
     };
-    match read_frame_up_to(&mut r, max) {
-        Ok(body) => Some(body),
+    let read = read_frame_len(&mut r, max).and_then(|len| {
+        let held = match len as usize > SMALL_FRAME_BYTES {
+            false => None,
+            true => match shared.hold(2 * len as usize) {
+                Some(h) => Some(h),
+                None => return Ok(None),
+            },
+        };
+        read_frame_body(&mut r, len).map(|body| Some((body, held)))
+    });
+    match read {
+        Ok(Some(frame)) => Some(frame),
+        Ok(None) => {
+            tracing::debug!("admin endpoint: refused a frame above the in-flight budget");
+            let busy = "the admin endpoint is busy reading other large requests; try again";
+            refuse(stream, busy.into());
+            None
+        }
         Err(FrameError::Closed) => None,
         Err(FrameError::TooLarge(n)) => {
             tracing::debug!(bytes = n, "admin endpoint: refused a frame above the limit");
@@ -303,7 +383,7 @@ fn next_frame(stream: &UnixStream, within: Duration, max: usize) -> Option<Vec<u
 
 /// One connection: the hello, then requests until the client closes, errs or idles.
 fn serve(shared: &Shared, stream: &UnixStream) {
-    let Some(body) = next_frame(stream, HELLO_TIMEOUT, MAX_HELLO_BYTES) else {
+    let Some((body, _)) = next_frame(shared, stream, HELLO_TIMEOUT, MAX_HELLO_BYTES) else {
         return;
     };
     match decode::<Hello>(&body) {
@@ -325,7 +405,8 @@ fn serve(shared: &Shared, stream: &UnixStream) {
     if write_frame(&mut &*stream, &hello).is_err() {
         return;
     }
-    while let Some(body) = next_frame(stream, IDLE_TIMEOUT, MAX_FRAME_BYTES) {
+    // `_held` keeps the request's share of the budget until it is answered.
+    while let Some((body, _held)) = next_frame(shared, stream, IDLE_TIMEOUT, MAX_FRAME_BYTES) {
         let request = match decode::<Request>(&body) {
             Ok(r) => r,
             Err(e) => return refuse(stream, format!("an undecodable request ({e})")),

@@ -23,17 +23,29 @@ pub fn is_socket(path: &Path) -> bool {
     std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket())
 }
 
-/// This process's effective user id: the owner of `/proc/self` (Linux). `None` where
-/// that cannot be read; the ownership checks below are then skipped.
-pub fn own_uid() -> Option<u32> {
-    std::fs::metadata("/proc/self").ok().map(|m| m.uid())
+/// This process's effective user id.
+pub fn own_uid() -> u32 {
+    rustix::process::geteuid().as_raw()
+}
+
+/// The user id of the process at the other end of a Unix socket (`SO_PEERCRED`), as it
+/// was when it connected; `None` where the system does not say.
+pub fn peer_uid(stream: &std::os::unix::net::UnixStream) -> Option<u32> {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    return rustix::net::sockopt::socket_peercred(stream)
+        .ok()
+        .map(|c| c.uid.as_raw());
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    {
+        let _ = stream;
+        None
+    }
 }
 
 /// Whether `path` is a socket (not a link to one) owned by this process's user: a
 /// client never talks to a socket another local user put where the owner's would be.
 pub fn is_own_socket(path: &Path) -> bool {
-    std::fs::symlink_metadata(path)
-        .is_ok_and(|m| m.file_type().is_socket() && own_uid().is_none_or(|uid| m.uid() == uid))
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket() && m.uid() == own_uid())
 }
 
 /// Makes `path` readable and writable by its owner only (0600).
@@ -73,7 +85,7 @@ pub fn private_dir(dir: &Path) -> Result<()> {
         }
     }
     let m = std::fs::symlink_metadata(dir).ctx(|| format!("inspecting {}", dir.display()))?;
-    let others = own_uid().is_some_and(|uid| m.uid() != uid);
+    let others = m.uid() != own_uid();
     if !m.file_type().is_dir() || m.permissions().mode() & 0o077 != 0 || others {
         return Err(crate::error::Error::io(
             format!("using {} for the admin socket", dir.display()),

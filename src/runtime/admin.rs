@@ -77,7 +77,7 @@ async fn dispatch(e: &Embedded, request: Request) -> Result<Response> {
             max_records,
         } => Response::Records(fetch(e, &topic, from, max_records).await?),
         Request::PublishBatch { topic, messages } => {
-            let messages = messages.into_iter().map(|(p, h)| (p.0, h)).collect();
+            let messages = messages.0.into_iter().map(|(p, h)| (p.0, h)).collect();
             Response::Offsets(e.publish_batch::<bytes::Bytes>(&topic, messages).await?)
         }
         Request::DeleteGroup { topic, group } => {
