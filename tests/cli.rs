@@ -447,3 +447,62 @@ fn rust_log_shows_events_on_stderr_and_nothing_without_it() {
     );
     assert_eq!(quiet.stderr, "");
 }
+
+/// A replayed copy of a message that had an id carries the replay's id, and the original
+/// one under `x-original-message-id` (so the target de-duplicates replays, not the
+/// application's own re-sends).
+#[test]
+fn a_replayed_copy_keeps_the_original_message_id_under_another_name() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    {
+        let opts = spool::Options {
+            max_delivery_attempts: 1,
+            ..spool::Options::new(d)
+        };
+        let mq = spool::blocking::Spool::open_with(opts).expect("open");
+        let mut h = spool::Headers::new();
+        h.insert("message-id".into(), "order-7".into());
+        mq.publish("pay", b"p".to_vec(), &h).expect("publish");
+        let mut c = mq
+            .consumer("pay", "g")
+            .manual_ack()
+            .build()
+            .expect("consumer");
+        c.recv().expect("recv").nack("bad card").expect("nack");
+        c.close().expect("close consumer");
+        mq.close().expect("close");
+    }
+    let args = ["dlq", "replay", "pay.dlq", "--to", "pay.retry", "--execute"];
+    let run = spool(d, &[&["--output", "json"], &args[..]].concat());
+    assert_eq!(run.json()["replayed"], 1, "{}", run.stderr);
+    let copy = &spool(d, &["tail", "pay.retry", "--output", "json"]).json_lines()[0];
+    assert_eq!(copy["headers"]["message-id"], "replay:pay.dlq:0");
+    assert_eq!(copy["headers"]["x-original-message-id"], "order-7");
+    assert_eq!(copy["headers"]["x-dead-letter-reason"], "bad card");
+    // The application re-sending its own message is not taken for the replay.
+    let again = spool(d, &["publish", "pay.retry", "--message-id", "order-7", "p"]);
+    expect_code(&again, 0);
+    assert_eq!(
+        spool(d, &["tail", "pay.retry", "--output", "json"])
+            .json_lines()
+            .len(),
+        2
+    );
+}
+
+/// Lines from stdin go in as one batch when the directory is opened by the command: a
+/// bad line anywhere (here the 1,001st, past `Max Message Bytes`) appends none of them.
+#[test]
+fn a_bad_line_on_stdin_publishes_nothing_however_many_came_before() {
+    let dir = prepared();
+    let d = dir.path();
+    let before = fingerprint(d);
+    let mut input = "ok\n".repeat(1000);
+    input += "this line is longer than ten bytes\n";
+    let conn = format!("Data Source={};Max Message Bytes=10", d.display());
+    let run = spool_stdin(std::path::Path::new(&conn), &["publish", "orders"], &input);
+    expect_code(&run, 1);
+    assert!(run.stderr.contains("Max Message Bytes"), "{}", run.stderr);
+    assert_eq!(fingerprint(d), before, "part of the lines went in");
+}

@@ -92,3 +92,26 @@ async fn commands_go_through_a_running_owner() {
     assert_eq!(copy.topic_info(TOPIC).expect("info").next, 5);
     copy.close().await.expect("close");
 }
+
+/// More lines on stdin than one request to the owner carries go in as several requests,
+/// in order; none is refused for its number.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_stdin_goes_through_the_owner_in_several_requests() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path().to_owned();
+    let mq = Spool::open(&format!("Data Source={}", d.display())).expect("open");
+    let lines = spool::admin::limits::MAX_BATCH_ITEMS + 5;
+    let input: String = (0..lines).map(|i| format!("{i}\n")).collect();
+    let run = tokio::task::spawn_blocking(move || {
+        common_cli::spool_stdin(&d, &["--output", "json", "publish", TOPIC], &input)
+    });
+    let run = run.await.expect("join");
+    expect_code(&run, 0);
+    let offsets = run.json()["offsets"].as_array().expect("offsets").len();
+    assert_eq!(offsets, lines);
+    let info = mq.topic_info(TOPIC).expect("info");
+    assert_eq!(info.next, lines as u64, "all of them, in the owner");
+    let last = mq.fetch(TOPIC, info.next - 1, 1).await.expect("fetch");
+    assert_eq!(&last[0].payload()[..], (lines - 1).to_string().as_bytes());
+    mq.close().await.expect("close");
+}

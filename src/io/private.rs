@@ -140,3 +140,59 @@ pub fn read_small(path: &Path, max: usize) -> Result<Option<String>> {
         .map(Some)
         .map_err(|_| bad("not UTF-8 text"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The `/tmp` fallback directory is used only if it is ours, a real directory, and
+    /// closed to others: anyone may create `/tmp/spool-<hash>` first.
+    #[test]
+    fn a_private_directory_is_made_or_refused_unless_it_is_ours_and_closed() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let made = tmp.path().join("made");
+        private_dir(&made).expect("made");
+        let mode = std::fs::metadata(&made).expect("meta").permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
+        private_dir(&made).expect("ours and closed: used again");
+
+        let open = tmp.path().join("open");
+        std::fs::DirBuilder::new()
+            .mode(0o755)
+            .create(&open)
+            .expect("mkdir");
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        assert!(private_dir(&open).is_err(), "others may enter it");
+
+        let link = tmp.path().join("link");
+        std::os::unix::fs::symlink(&made, &link).expect("symlink");
+        assert!(private_dir(&link).is_err(), "a link, even to ours");
+
+        let file = tmp.path().join("file");
+        std::fs::write(&file, b"").expect("file");
+        assert!(private_dir(&file).is_err(), "not a directory");
+
+        if own_uid() == 0 {
+            let theirs = tmp.path().join("theirs");
+            private_dir(&theirs).expect("made");
+            std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).expect("chown");
+            assert!(private_dir(&theirs).is_err(), "another user's");
+        }
+    }
+
+    /// A client talks only to a socket of its own user.
+    #[test]
+    fn only_a_socket_of_our_own_user_is_ours() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let sock = tmp.path().join("s.sock");
+        let _listener = std::os::unix::net::UnixListener::bind(&sock).expect("bind");
+        assert!(is_own_socket(&sock));
+        let file = tmp.path().join("f");
+        std::fs::write(&file, b"").expect("file");
+        assert!(!is_own_socket(&file), "not a socket");
+        if own_uid() == 0 {
+            std::os::unix::fs::lchown(&sock, Some(65534), Some(65534)).expect("chown");
+            assert!(!is_own_socket(&sock), "another user's");
+        }
+    }
+}

@@ -122,18 +122,36 @@ pub fn prepare(dir: &Path) {
     mq.close().expect("close");
 }
 
-/// Everything a command could change, as seen through the library: each topic's offsets
-/// and every group's state (`None` if the directory does not open).
+/// Everything a command could change, as seen through the library: each topic's offsets,
+/// a hash of its records (offset, time, headers, payload), and every group's state
+/// (`None` if the directory does not open).
 pub fn fingerprint(dir: &Path) -> Option<String> {
     let mq = Spool::open_with(Options::new(dir)).ok()?;
     let mut out = String::new();
     for t in mq.topics().expect("topics") {
         let i = mq.topic_info(&t).expect("topic_info");
-        out += &format!("{t} {} {} {}\n", i.earliest, i.next, i.segments);
+        let records = records_hash(&mq, &t, i.earliest, i.next);
+        out += &format!("{t} {} {} {} {records:x}\n", i.earliest, i.next, i.segments);
         for g in mq.groups(&t).expect("groups") {
             out += &format!("  {g} {:?}\n", mq.group_info(&t, &g).expect("group_info"));
         }
     }
     mq.close().expect("close");
     Some(out)
+}
+
+/// A hash of every record of `topic` in `from..end`.
+fn records_hash(mq: &Spool, topic: &str, from: u64, end: u64) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    let mut next = from;
+    while next < end {
+        let records = mq.fetch(topic, next, 1000).expect("fetch");
+        let Some(last) = records.last() else { break };
+        next = last.offset() + 1;
+        for r in &records {
+            (r.offset(), r.timestamp_ms(), r.headers(), &r.payload()[..]).hash(&mut h);
+        }
+    }
+    h.finish()
 }

@@ -13,7 +13,7 @@
 
 use std::path::Path;
 
-use spool::admin::Client;
+use spool::admin::{Client, limits};
 use spool::{
     GroupInfo, Headers, OffsetReset, Record, SnapshotInfo, Spool, TopicInfo, VerifyReport,
 };
@@ -112,6 +112,31 @@ impl Backend {
             Backend::Offline(mq) => Ok(mq.fetch(topic, from, max).await?),
             Backend::Live(c) => Ok(c.fetch(topic, from, max)?),
         }
+    }
+
+    /// `messages` cut into as few [`Backend::publish_batch`]es as the way in allows: one
+    /// (all or nothing) when the directory is opened here; through the owner, batches of
+    /// what one request carries (half a frame's bytes, and the endpoint's bound on
+    /// messages and headers), in order.
+    pub fn batches(&self, messages: Vec<(Vec<u8>, Headers)>) -> Vec<Vec<(Vec<u8>, Headers)>> {
+        if let Backend::Offline(_) = self {
+            return vec![messages];
+        }
+        let (max_bytes, max_items) = (limits::MAX_FRAME_BYTES / 2, limits::MAX_BATCH_ITEMS);
+        let mut out = vec![Vec::new()];
+        let (mut bytes, mut items) = (0usize, 0usize);
+        for m in messages {
+            let h: usize = m.1.iter().map(|(k, v)| k.len() + v.len() + 10).sum();
+            let (b, i) = (m.0.len() + h + 10, 1 + m.1.len());
+            let last = out.last_mut().expect("never empty");
+            if !last.is_empty() && (bytes + b > max_bytes || items + i > max_items) {
+                out.push(Vec::new());
+                (bytes, items) = (0, 0);
+            }
+            (bytes, items) = (bytes + b, items + i);
+            out.last_mut().expect("never empty").push(m);
+        }
+        out
     }
 
     /// `Spool::publish_batch` (all or nothing).

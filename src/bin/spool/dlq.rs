@@ -260,12 +260,19 @@ async fn replay(
             replayed += records.len() as u64 - dup;
             continue;
         }
-        let end_before = b.topic_info(to).await?.next;
         let copies = records.iter().map(|r| replay_copy(dlq, r)).collect();
-        let offsets = b.publish_batch(to, copies).await?;
-        let dup = offsets.iter().filter(|&&o| o < end_before).count() as u64;
-        duplicates += dup;
-        replayed += offsets.len() as u64 - dup;
+        for batch in b.batches(copies) {
+            let end_before = b.topic_info(to).await?.next;
+            let first = batch[0].1.get(X_REPLAYED_FROM).cloned().unwrap_or_default();
+            let offsets = b.publish_batch(to, batch).await.map_err(|f| {
+                f.after(format!(
+                    "the replay stopped at {first}, after {replayed} copies appended and                      {duplicates} found already there; run it again to finish (the copies                      made are known by their message ids while {to}'s Dedup Window holds them)"
+                ))
+            })?;
+            let dup = offsets.iter().filter(|&&o| o < end_before).count() as u64;
+            duplicates += dup;
+            replayed += offsets.len() as u64 - dup;
+        }
     }
     bar.finish_and_clear();
     tracing::info!(dlq, to, replayed, duplicates, execute, "dead-letter replay");

@@ -46,6 +46,14 @@ impl Failure {
         }
     }
 
+    /// The same failure, told after what had already been done: `done; then: message`.
+    pub fn after(self, done: String) -> Failure {
+        Failure {
+            message: format!("{done}; then: {}", self.message),
+            ..self
+        }
+    }
+
     /// Prints the line and gives the exit code.
     pub fn report(self) -> ExitCode {
         eprintln!("spool: {}", self.message);

@@ -20,8 +20,6 @@ const FETCH_BATCH: usize = 500;
 const TAIL_DEFAULT: u64 = 10;
 /// How often `--follow` looks for new records.
 const FOLLOW_POLL: Duration = Duration::from_millis(200);
-/// Messages from stdin published per batch (each batch all or nothing).
-const PUBLISH_BATCH: usize = 1000;
 
 /// `spool tail T [--from N] [--max N] [--follow]`.
 pub async fn tail(b: &Backend, out: Output, a: TailArgs) -> Result<(), Failure> {
@@ -139,10 +137,23 @@ pub async fn publish(b: &Backend, out: Output, a: PublishArgs) -> Result<(), Fai
         }
         headers.insert(spool::consts::MESSAGE_ID_HEADER.to_owned(), id);
     }
-    let mut offsets = Vec::with_capacity(payloads.len());
-    for chunk in payloads.chunks(PUBLISH_BATCH) {
-        let batch = chunk.iter().map(|p| (p.clone(), headers.clone())).collect();
-        offsets.extend(b.publish_batch(&a.topic, batch).await?);
+    let total = payloads.len();
+    let messages = payloads.into_iter().map(|p| (p, headers.clone())).collect();
+    let mut offsets = Vec::with_capacity(total);
+    for batch in b.batches(messages) {
+        match b.publish_batch(&a.topic, batch).await {
+            Ok(o) => offsets.extend(o),
+            // Only through the owner, with more than one request carries, can a failure
+            // come after some messages went in: say which.
+            Err(f) if !offsets.is_empty() => {
+                let (first, last) = (offsets[0], offsets[offsets.len() - 1]);
+                return Err(f.after(format!(
+                    "{} of {total} lines were published (offsets {first}..={last}), the rest not",
+                    offsets.len()
+                )));
+            }
+            Err(f) => return Err(f),
+        }
     }
     if out == Output::Json {
         return print_json(&json!({ "offsets": offsets }));
