@@ -761,6 +761,80 @@ fn spool_consume_manual(count: usize, size: usize, in_flight: usize) -> Stat {
     stat(count, size, elapsed, Vec::new())
 }
 
+/// The plain batch pattern of issue 31 under `Sync=Always`: `max_in_flight(batch)`, take
+/// `batch` deliveries (`recv`, then `try_recv`), ack them all with `join_all`, repeat. Each
+/// batch's acks are durable before the next batch is taken, as SQLite's range read +
+/// cursor update per 100 rows is.
+fn spool_consume_join_all(count: usize, size: usize, batch: usize) -> Stat {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rt = rt();
+    let mq = open(dir.path(), SyncPolicy::Always);
+    fill(&mq, &rt, "bench", count, size);
+    let start = Instant::now();
+    let mut lat = Vec::with_capacity(count / batch + 1);
+    rt.block_on(async {
+        let mut c = mq
+            .consumer("bench", "g")
+            .manual_ack()
+            .max_in_flight(batch)
+            .build()
+            .expect("consumer");
+        let mut done = 0;
+        while done < count {
+            let t = Instant::now();
+            let mut window = vec![c.recv().await.expect("recv")];
+            while window.len() < batch {
+                match c.try_recv().expect("recv") {
+                    Some(d) => window.push(d),
+                    None => break,
+                }
+            }
+            done += window.len();
+            for r in futures_util::future::join_all(window.into_iter().map(|d| d.ack())).await {
+                r.expect("ack");
+            }
+            lat.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+    });
+    let elapsed = start.elapsed();
+    rt.block_on(mq.close()).expect("close");
+    stat(count, size, elapsed, lat)
+}
+
+/// Issue 31's plain pattern and its batch API, beside SQLite's 100-row ranges (`FULL`).
+const JOIN_ALL_100: &str = "consume 100-row batches: recv+join_all acks (always) 100B";
+const ACK_ALL_100: &str = "consume 100-row batches: recv_batch+ack_all (always) 100B";
+
+/// The batch API on the same workload as `spool_consume_join_all`: `recv_batch(batch)`,
+/// then `ack_all` (one commit per batch).
+fn spool_consume_ack_all(count: usize, size: usize, batch: usize) -> Stat {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rt = rt();
+    let mq = open(dir.path(), SyncPolicy::Always);
+    fill(&mq, &rt, "bench", count, size);
+    let start = Instant::now();
+    let mut lat = Vec::with_capacity(count / batch + 1);
+    rt.block_on(async {
+        let mut c = mq
+            .consumer("bench", "g")
+            .manual_ack()
+            .max_in_flight(batch)
+            .build()
+            .expect("consumer");
+        let mut done = 0;
+        while done < count {
+            let t = Instant::now();
+            let ds = c.recv_batch(batch).await.expect("recv_batch");
+            done += ds.len();
+            c.ack_all(ds).await.expect("ack_all");
+            lat.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+    });
+    let elapsed = start.elapsed();
+    rt.block_on(mq.close()).expect("close");
+    stat(count, size, elapsed, lat)
+}
+
 /// The latency workloads' consumer that spins up to 1 ms before it parks.
 const BUSY_POLL: &str = "busy-poll";
 const TOKIO_HANDOFF: &str = "latency tokio handoff 10k/s (consumer awaits a Notify)";
@@ -1182,6 +1256,9 @@ fn main() {
         w("consume manual ack (always) mif=256 100B", || {
             spool_consume_manual(n(50_000), 100, 256)
         }),
+        // Issue 31: batches of 100, each durable before the next is taken.
+        w(JOIN_ALL_100, || spool_consume_join_all(n(50_000), 100, 100)),
+        w(ACK_ALL_100, || spool_consume_ack_all(n(50_000), 100, 100)),
     ]);
 
     println!("\n-- spool publish, every policy and size");
@@ -1404,6 +1481,18 @@ fn main() {
         "consume manual ack (always) mif=256 100B",
         "sqlite consume 100-row ranges 100B (sync=FULL)",
         1.5,
+    );
+    r.ratio(
+        "consume 100-row batches, join_all acks / sqlite ranges FULL",
+        JOIN_ALL_100,
+        "sqlite consume 100-row ranges 100B (sync=FULL)",
+        2.0,
+    );
+    r.ratio(
+        "consume 100-row batches, recv_batch+ack_all / sqlite ranges FULL",
+        ACK_ALL_100,
+        "sqlite consume 100-row ranges 100B (sync=FULL)",
+        2.0,
     );
     for label in ["100B", "1KiB"] {
         for how in ["", BUSY_POLL] {

@@ -287,6 +287,27 @@ impl Consumer {
         Ok(self.inner.try_recv()?.map(|d| self.wrap(d)))
     }
 
+    /// Waits for at least one delivery, then returns what is ready now, up to `max` (see
+    /// [`crate::Consumer::recv_batch`]).
+    pub fn recv_batch(&mut self, max: usize) -> Result<Vec<Delivery>> {
+        let ds = self.rt.block_on(self.inner.recv_batch(max))?;
+        Ok(ds.into_iter().map(|d| self.wrap(d)).collect())
+    }
+
+    /// Acks them all with one durable commit (see [`crate::Consumer::ack_all`], also for
+    /// partial failure).
+    pub fn ack_all(&self, deliveries: Vec<Delivery>) -> Result<()> {
+        let ds = deliveries.into_iter().map(|d| d.inner).collect();
+        self.rt.block_on(self.inner.ack_all(ds))
+    }
+
+    /// Nacks them all, one commit for those redelivered (see
+    /// [`crate::Consumer::nack_all`]).
+    pub fn nack_all(&self, deliveries: Vec<Delivery>, reason: &str) -> Result<Vec<NackOutcome>> {
+        let ds = deliveries.into_iter().map(|d| d.inner).collect();
+        self.rt.block_on(self.inner.nack_all(ds, reason))
+    }
+
     /// Waits up to `timeout` for the next delivery; `Ok(None)` if none came.
     pub fn recv_timeout(&mut self, timeout: Duration) -> Result<Option<Delivery>> {
         let d = self.rt.block_on(self.inner.recv_timeout(timeout))?;

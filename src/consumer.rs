@@ -7,7 +7,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use crate::backend::{ConsumerBackend, ConsumerConfig};
-use crate::delivery::Delivery;
+use crate::delivery::{Delivery, NackOutcome};
 use crate::error::Result;
 use crate::spool::Spool;
 
@@ -148,6 +148,65 @@ impl Consumer {
         match &mut self.inner {
             ConsumerBackend::Embedded(c) => Ok(c.try_recv()?.map(Delivery::embedded)),
         }
+    }
+
+    /// Waits for at least one delivery, then returns every delivery ready now, up to
+    /// `max` (Kafka's `poll`, JetStream's `fetch`): fewer when the log has no more yet,
+    /// or when the group's `max_in_flight` leaves no more room (with the default of 1, a
+    /// batch has one delivery). `max` 0 returns an empty batch at once.
+    ///
+    /// With auto-ack, the whole batch is acked when this consumer asks for its next
+    /// delivery or batch (or is closed), as a single delivery is. With manual ack, each
+    /// delivery is acked or nacked as usual; [`Consumer::ack_all`] and
+    /// [`Consumer::nack_all`] do it for the batch in one commit.
+    pub async fn recv_batch(&mut self, max: usize) -> Result<Vec<Delivery>> {
+        match &mut self.inner {
+            ConsumerBackend::Embedded(c) => Ok(c
+                .recv_batch(max)
+                .await?
+                .into_iter()
+                .map(Delivery::embedded)
+                .collect()),
+        }
+    }
+
+    /// Acks every delivery of `deliveries` with one durable catalog commit; returns once
+    /// it is durable (under `Sync=Always`, also against power loss). Each ack is made
+    /// when this is first polled, so the group's slots free up at once.
+    ///
+    /// Partial failure, as a loop of [`Delivery::ack`] would leave it: a delivery that
+    /// can no longer be acked (the group was reset since: `StaleDelivery`; its ack
+    /// deadline passed: `DeliveryExpired`) changes nothing, and every other one is acked
+    /// all the same. The call then returns the error of the first such delivery, in the
+    /// order given, once the others are durable. A failed commit returns its error
+    /// instead, and none of the acks may be durable.
+    ///
+    /// Deliveries of another consumer, or another group, may be among them: each is acked
+    /// in its own group (groups taken together usually share the commit).
+    pub async fn ack_all(&self, deliveries: Vec<Delivery>) -> Result<()> {
+        Delivery::ack_all(deliveries).await
+    }
+
+    /// Nacks every delivery of `deliveries` with `reason`, as [`Delivery::nack`] would one
+    /// by one, but with one catalog commit for all that are redelivered. Returns one
+    /// outcome per delivery, in the order given; every `next_offset` is the group's
+    /// cursor after the whole batch.
+    ///
+    /// A delivery whose nack reaches `Max Delivery Attempts` is dead-lettered after that
+    /// commit, exactly as a single nack does it: the dead-letter copy is durable before
+    /// the cursor moves past it (the dead-letter protocol adds its own commits for it).
+    /// Each waits the `Nack Backoff` for its attempt number, if one is set.
+    ///
+    /// Partial failure follows [`Consumer::ack_all`]: a stale or expired delivery changes
+    /// nothing, every other one is nacked, and the call returns the first such error
+    /// (no outcomes). A failed commit (or dead-letter copy) returns its error: the
+    /// deliveries it concerned are delivered again without an attempt counted.
+    pub async fn nack_all(
+        &self,
+        deliveries: Vec<Delivery>,
+        reason: &str,
+    ) -> Result<Vec<NackOutcome>> {
+        Delivery::nack_all(deliveries, reason)
     }
 
     /// Waits up to `timeout` for the next delivery (`None` if none came). Needs a tokio

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use crate::backend::DeliveryBackend;
 use crate::error::Result;
 use crate::format::Headers;
-use crate::queue::NackOutcome;
+pub(crate) use crate::queue::NackOutcome;
 use crate::runtime::EmbeddedDelivery;
 
 /// One message handed to a consumer.
@@ -26,6 +26,25 @@ impl Delivery {
         Delivery {
             inner: DeliveryBackend::Embedded(d),
         }
+    }
+
+    /// The embedded backend's deliveries behind `ds`.
+    fn embedded_all(ds: Vec<Delivery>) -> Vec<EmbeddedDelivery> {
+        ds.into_iter()
+            .map(|d| match d.inner {
+                DeliveryBackend::Embedded(d) => d,
+            })
+            .collect()
+    }
+
+    /// [`crate::Consumer::ack_all`].
+    pub(crate) async fn ack_all(ds: Vec<Delivery>) -> Result<()> {
+        crate::runtime::ack_all(Delivery::embedded_all(ds)).await
+    }
+
+    /// [`crate::Consumer::nack_all`].
+    pub(crate) fn nack_all(ds: Vec<Delivery>, reason: &str) -> Result<Vec<NackOutcome>> {
+        crate::runtime::nack_all(Delivery::embedded_all(ds), reason)
     }
 
     /// The topic the message was read from.

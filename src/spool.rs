@@ -225,6 +225,15 @@ impl Spool {
         }
     }
 
+    /// Catalog commits that succeeded since this instance was opened (for tests: a
+    /// batch's acks are counted in commits).
+    #[doc(hidden)]
+    pub fn catalog_commits(&self) -> u64 {
+        match &self.backend {
+            Backend::Embedded(e) => e.catalog_commits(),
+        }
+    }
+
     /// Persists auto-acked cursors now (the background thread also does every
     /// `Commit Interval Ms`).
     pub fn commit(&self) -> Result<()> {

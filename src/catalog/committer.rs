@@ -31,6 +31,12 @@ pub struct AckWatch {
     failures: Mutex<Vec<(u64, u64, String)>>,
     /// Acks waiting for their ticket, woken when it is decided.
     waiters: Parked<u64>,
+    /// Durable acks made whose futures have not been polled yet (`AckMade`): the
+    /// application is still making acks it will await together (a `join_all`), so the
+    /// committer waits a little for them before it takes the group images (`linger`).
+    unpolled: AtomicUsize,
+    /// Commits that succeeded (doc-hidden `Spool::catalog_commits`, for tests).
+    commits: AtomicU64,
 }
 
 impl std::fmt::Debug for AckWatch {
@@ -50,6 +56,41 @@ impl AckWatch {
             failed: AtomicBool::new(false),
             failures: Mutex::new(Vec::new()),
             waiters: Parked::default(),
+            unpolled: AtomicUsize::new(0),
+            commits: AtomicU64::new(0),
+        }
+    }
+
+    /// Counts a durable ack about to be made whose future is not polled yet, until the
+    /// returned guard is dropped (at the future's first poll, or with the future).
+    pub fn ack_made(self: &Arc<Self>) -> AckMade {
+        self.unpolled.fetch_add(1, Ordering::SeqCst);
+        AckMade(self.clone())
+    }
+
+    /// Commits that succeeded since the catalog was opened.
+    pub fn commits(&self) -> u64 {
+        self.commits.load(Ordering::Relaxed)
+    }
+
+    /// Waits until every ack counted by `ack_made` is polled, while the count moves (acks
+    /// being made or polled: at most `LINGER_QUIET` between two moves) and until `until`.
+    /// Futures awaited one at a time (the first, then the rest) stop the wait after one
+    /// quiet spell: the rest are polled only once the first is decided.
+    fn linger(&self, until: Instant) {
+        let mut seen = self.unpolled.load(Ordering::SeqCst);
+        let mut moved = Instant::now();
+        while seen > 0 {
+            // Gaps are microseconds: yielding (not parking, whose wake-up alone can take
+            // 50 us) lets the thread making the acks run on this CPU if it shares it.
+            std::thread::yield_now();
+            let now = Instant::now();
+            let n = self.unpolled.load(Ordering::SeqCst);
+            if n != seen {
+                (seen, moved) = (n, now);
+            } else if now >= until || now - moved >= LINGER_QUIET {
+                break;
+            }
         }
     }
 
@@ -101,6 +142,16 @@ impl AckWatch {
     }
 }
 
+/// A durable ack made whose future has not been polled yet (see [`AckWatch::ack_made`]).
+#[derive(Debug)]
+pub struct AckMade(Arc<AckWatch>);
+
+impl Drop for AckMade {
+    fn drop(&mut self) {
+        self.0.unpolled.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// Called once a submitted change set is durable (or failed).
 pub type Done = Box<dyn FnOnce(Result<(), String>) + Send>;
 
@@ -116,6 +167,15 @@ pub(super) enum Msg {
 
 /// How long the committer waits before asking a busy snapshotter again.
 const SNAPSHOT_RETRY: Duration = Duration::from_micros(50);
+
+/// The longest a round waits for acks made and not yet awaited (`AckWatch::linger`):
+/// half the last commit, within these bounds. A commit under `Sync=Always` is an fsync
+/// (120-250 us on the VM of docs/performance.md), so the wait costs less than the second
+/// commit it saves; the floor covers a loop of a few hundred acks where commits are cheap.
+const LINGER_MIN: Duration = Duration::from_micros(50);
+const LINGER_MAX: Duration = Duration::from_micros(250);
+/// The wait ends when no ack was made or polled for this long.
+const LINGER_QUIET: Duration = Duration::from_micros(20);
 
 /// Each round: wait for a message, note the last issued ticket, drain the queue, take the
 /// queued snapshots, commit, and decide every ticket up to the noted one. A ticket issued
@@ -148,6 +208,13 @@ pub(super) fn run_committer(db: &Database, rx: &mpsc::Receiver<Msg>, acks: &AckW
         } else if !c.waiting.is_empty() {
             std::thread::sleep(SNAPSHOT_RETRY);
         }
+        // Acks made back to back (a loop, a `join_all`) share this round's commit: their
+        // futures are polled right after the last is made, so wait (briefly) for that
+        // before the images are taken. The publish path's sync thread waits likewise for
+        // the publishers it woke (`runtime/syncer.rs`).
+        if acks.unpolled.load(Ordering::SeqCst) > 0 {
+            acks.linger(Instant::now() + c.linger_bound());
+        }
         let noted = acks.issued.load(Ordering::SeqCst);
         msgs.extend(rx.try_iter());
         c.round(db, rx, acks, msgs, noted);
@@ -171,9 +238,17 @@ struct Committer {
     /// and is failed too: a false failure (the ack is reported as maybe not durable) is
     /// safe.
     failed_upto: u64,
+    /// How long the last commit took (`None` before the first).
+    last_commit: Option<Duration>,
 }
 
 impl Committer {
+    /// How long a round waits for acks not yet awaited (see `LINGER_MIN`).
+    fn linger_bound(&self) -> Duration {
+        self.last_commit
+            .map_or(LINGER_MAX, |t| (t / 2).clamp(LINGER_MIN, LINGER_MAX))
+    }
+
     /// The round's first message: waited for while nothing is undecided or waiting,
     /// else only looked for (or waited for a little while snapshots wait).
     fn first_message(
@@ -227,8 +302,11 @@ impl Committer {
             }
         }
         if !jobs.is_empty() || !taken.is_empty() {
+            let started = Instant::now();
             let result = apply(db, &jobs, &taken, &mut self.written).map_err(|e| e.to_string());
+            self.last_commit = Some(started.elapsed());
             if result.is_ok() {
+                acks.commits.fetch_add(1, Ordering::Relaxed);
                 for s in &took {
                     s.landed();
                 }

@@ -111,16 +111,7 @@ impl Engine {
             };
         }
         match durable {
-            // The committer takes the group's image when it writes: one for all the acks
-            // queued meanwhile (taken after this one was applied, so it includes it).
-            true => {
-                let queue = !std::mem::replace(&mut g.snapshot_queued, true);
-                let t = self.catalog.ack_ticket(&r.snapshotter, queue);
-                if t.is_err() && queue {
-                    g.snapshot_queued = false;
-                }
-                return t.map(Some);
-            }
+            true => return self.durable_ticket(r, g).map(Some),
             // In careful mode every step is committed, so a crash blames exactly one delivery.
             false if offset < g.careful_until => {
                 let ops = group_ops(&r.topic.name, &r.name, g);
@@ -129,6 +120,57 @@ impl Engine {
             false => {}
         }
         Ok(None)
+    }
+
+    /// The ticket of the durable acks just made to `g` (under its lock). The committer
+    /// takes the group's image when it writes: one for all the acks queued meanwhile
+    /// (taken after these were applied, so it includes them).
+    fn durable_ticket(&self, r: &GroupRef, g: &mut Group) -> Result<u64> {
+        let queue = !std::mem::replace(&mut g.snapshot_queued, true);
+        let t = self.catalog.ack_ticket(&r.snapshotter, queue);
+        if t.is_err() && queue {
+            g.snapshot_queued = false;
+        }
+        t
+    }
+
+    /// Acks several deliveries of group `r` durably under one lock, with one ticket for
+    /// all of them (one commit). Each delivery that cannot be acked (stale, expired) is
+    /// pushed to `refused` with its index in `tickets` and changes nothing; the others are
+    /// acked all the same. `None`: none was acked.
+    pub fn ack_deliveries(
+        &self,
+        r: &GroupRef,
+        tickets: &[Ticket],
+        refused: &mut Vec<(usize, Error)>,
+    ) -> Result<Option<u64>> {
+        let mut g = r.group.lock();
+        let mut acked = false;
+        for (i, &ticket) in tickets.iter().enumerate() {
+            if !g.deadlines.is_empty()
+                && let Err(e) = self.refuse_expired(r, &mut g, ticket)
+            {
+                refused.push((i, e));
+            } else if finish_held(&mut g, ticket) {
+                acked = true;
+            } else {
+                refused.push((
+                    i,
+                    Error::StaleDelivery {
+                        offset: ticket.offset,
+                    },
+                ));
+            }
+        }
+        if !acked {
+            return Ok(None);
+        }
+        self.durable_ticket(r, &mut g).map(Some)
+    }
+
+    /// Commits that succeeded since the instance was opened (tests count them).
+    pub fn catalog_commits(&self) -> u64 {
+        self.catalog.ack_watch().commits()
     }
 
     /// Puts an unfinished delivery back for redelivery without counting an attempt (one

@@ -101,6 +101,10 @@ impl GroupRef {
     pub fn ack_deadline(&self) -> Option<Duration> {
         self.ack_deadline
     }
+    /// Whether `other` refers to the same group (of the same topic).
+    pub fn same_group(&self, other: &GroupRef) -> bool {
+        Arc::ptr_eq(&self.group, &other.group)
+    }
 }
 
 impl Engine {

@@ -78,6 +78,7 @@ mod topic_config;
 mod unclean;
 mod verify;
 
+pub use crate::catalog::AckWatch;
 pub use deadline::ACK_DEADLINE_REASON;
 pub use deliver::{GroupRef, Handling, LentRecords, Ticket};
 pub use engine::Engine;

@@ -37,6 +37,137 @@ impl Engine {
         self.nack_taken(&r.topic, &r.name, &mut g, ticket.offset, failure, now_ms)
     }
 
+    /// Nacks several deliveries of group `r` with one `reason`, under one lock: every one
+    /// that is redelivered in one commit; each one at the attempt limit is then
+    /// dead-lettered as a single nack would (the dead-letter copy durable before the
+    /// cursor moves). One result per ticket, in order: a stale or expired delivery changes
+    /// nothing. Every outcome's `next_offset` is the cursor after the whole batch.
+    pub fn nack_deliveries(
+        &self,
+        r: &GroupRef,
+        tickets: &[Ticket],
+        reason: &str,
+        now_ms: u64,
+    ) -> Vec<Result<NackOutcome>> {
+        let mut g = r.group.lock();
+        let mut out: Vec<Result<NackOutcome>> = Vec::with_capacity(tickets.len());
+        let (mut redeliver, mut exhausted) = (Vec::new(), Vec::new());
+        let dlq = self.dead_letter_topic(&r.topic.name);
+        for &t in tickets {
+            if let Err(e) = self.refuse_expired(r, &mut g, t) {
+                out.push(Err(e));
+            } else if !g.holds(t.offset, t.epoch, t.token) {
+                out.push(Err(Error::StaleDelivery { offset: t.offset }));
+            } else {
+                let at_limit = g.attempt_of(t.offset) >= self.opts.max_delivery_attempts;
+                match dlq.is_some() && at_limit {
+                    true => exhausted.push((out.len(), t.offset)),
+                    false => redeliver.push((out.len(), t.offset)),
+                }
+                // Filled in below.
+                out.push(Err(Error::StaleDelivery { offset: t.offset }));
+            }
+        }
+        let failure = Failure::backoff(reason);
+        if let Err(e) =
+            self.nack_batch_redelivered(r, &mut g, &redeliver, failure, now_ms, &mut out)
+        {
+            // As after a failed single nack: nothing counted, and the rest stay deliverable.
+            for &(i, o) in &exhausted {
+                g.take_out(o);
+                g.wait_again(o, 0);
+                out[i] = Err(same_failure(&e));
+            }
+            g.check();
+            return out;
+        }
+        for (i, o) in exhausted {
+            g.take_out(o);
+            out[i] = self.nack_taken(&r.topic, &r.name, &mut g, o, failure, now_ms);
+        }
+        for o in out.iter_mut().flatten() {
+            o.next_offset = g.cursor;
+        }
+        out
+    }
+
+    /// Nacks the offsets of `batch` (held by the group), which are redelivered, in one
+    /// commit; writes each one's outcome at its index in `out`. On a failed commit every
+    /// one of them is put back uncounted and `out` holds the error.
+    fn nack_batch_redelivered(
+        &self,
+        r: &GroupRef,
+        g: &mut Group,
+        batch: &[(usize, u64)],
+        failure: Failure<'_>,
+        now_ms: u64,
+        out: &mut [Result<NackOutcome>],
+    ) -> Result<()> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let (topic, group) = (r.topic.name.as_str(), &*r.name);
+        let mut rows = Vec::with_capacity(batch.len());
+        let mut before = Vec::with_capacity(batch.len());
+        for &(_, o) in batch {
+            g.take_out(o);
+            let rec = self.attempt_record(g, o, failure, now_ms);
+            before.push(g.attempts.insert(o, rec.clone()));
+            g.wait_again(o, rec.not_before_ms);
+            rows.push(Op::PutAttempt(topic.to_owned(), group.to_owned(), o, rec));
+        }
+        g.check();
+        let mut ops = group_ops(topic, group, g);
+        ops.extend(rows);
+        if let Err(e) = self.catalog.commit(&ops) {
+            // Not durable, so not counted (nor delayed): the rows back as they were.
+            for (&(i, o), b) in batch.iter().zip(before) {
+                match b {
+                    Some(b) => g.attempts.insert(o, b),
+                    None => g.attempts.remove(&o),
+                };
+                g.delayed.remove(&o);
+                out[i] = Err(same_failure(&e));
+            }
+            return Err(e);
+        }
+        for &(i, o) in batch {
+            let rec = &g.attempts[&o];
+            out[i] = Ok(NackOutcome {
+                delivery_attempt: rec.attempts,
+                dead_lettered: false,
+                next_offset: g.cursor,
+                redeliver_at: (rec.not_before_ms > 0)
+                    .then(|| UNIX_EPOCH + Duration::from_millis(rec.not_before_ms)),
+            });
+        }
+        tracing::debug!(
+            topic,
+            group,
+            count = batch.len(),
+            reason = failure.reason,
+            "nacked a batch"
+        );
+        Ok(())
+    }
+
+    /// The attempt row a nack of `offset` writes: one more attempt, the reason (bounded)
+    /// and the wait before the next delivery.
+    fn attempt_record(
+        &self,
+        g: &Group,
+        offset: u64,
+        failure: Failure<'_>,
+        now_ms: u64,
+    ) -> AttemptRecord {
+        let attempts = g.attempt_of(offset);
+        AttemptRecord {
+            attempts,
+            last_reason: bounded_reason(failure.reason).to_owned(),
+            not_before_ms: self.not_before_ms(attempts, failure.delay, now_ms),
+        }
+    }
+
     /// Nacks `offset`, already taken out of `in_flight`/`redeliver`.
     pub(super) fn nack_taken(
         &self,
@@ -48,12 +179,8 @@ impl Engine {
         now_ms: u64,
     ) -> Result<NackOutcome> {
         let topic = t.name.as_str();
-        let attempts = g.attempt_of(offset);
-        let rec = AttemptRecord {
-            attempts,
-            last_reason: bounded_reason(failure.reason).to_owned(),
-            not_before_ms: self.not_before_ms(attempts, failure.delay, now_ms),
-        };
+        let rec = self.attempt_record(g, offset, failure, now_ms);
+        let attempts = rec.attempts;
         let dlq = self.dead_letter_topic(topic);
         if let Some(dlq) = dlq.filter(|_| attempts >= self.opts.max_delivery_attempts) {
             let copied = match self.dead_letter(t, group, g, offset, Some(rec), &dlq, now_ms) {
@@ -153,4 +280,18 @@ fn bounded_reason(reason: &str) -> &str {
         end -= 1;
     }
     &reason[..end]
+}
+
+/// Another error saying what `e` says, for each delivery of a batch a failed commit failed.
+fn same_failure(e: &Error) -> Error {
+    match e {
+        Error::Catalog { context, detail } => Error::Catalog {
+            context: context.clone(),
+            detail: detail.clone(),
+        },
+        other => Error::Catalog {
+            context: "committing a batch of nacks".into(),
+            detail: other.to_string(),
+        },
+    }
 }

@@ -13,7 +13,10 @@ use crate::format::Headers;
 use crate::format::record::Record;
 use std::sync::Arc;
 
-use crate::queue::{GroupRef, Handling, LentRecords, NackOutcome, OpenConsumer, Ticket};
+use crate::queue::{AckWatch, GroupRef, Handling, LentRecords, NackOutcome, OpenConsumer, Ticket};
+
+/// `recv_batch` reserves room for at most this many deliveries up front.
+const MAX_BATCH_PREALLOC: usize = 1024;
 use std::sync::atomic::Ordering;
 
 /// How a consumer takes deliveries (`ConsumerBuilder`'s settings).
@@ -58,11 +61,12 @@ impl EmbeddedConsumer {
                 spool,
                 group,
                 wakeup,
-                orphan: std::sync::Mutex::new(None),
+                orphan: std::sync::Mutex::new(Vec::new()),
             }),
             manual_ack: cfg.manual_ack,
             busy_poll: cfg.busy_poll,
             previous: None,
+            previous_batch: Vec::new(),
             lent: None,
             _open: open,
         })
@@ -78,6 +82,8 @@ pub(crate) struct EmbeddedConsumer {
     busy_poll: Duration,
     /// Auto-ack: the delivery to ack when the next one is asked for.
     previous: Option<Ticket>,
+    /// Auto-ack: the last `recv_batch`'s deliveries, acked when the next one is asked for.
+    previous_batch: Vec<Ticket>,
     /// Auto-ack: records the group lent, handed out without its lock (see `group::Lent`).
     lent: Option<Lent>,
     /// Keeps the group from being deleted while this consumer is open.
@@ -103,17 +109,13 @@ struct Shared {
     /// it was handled, or a panic dropped it and charged it (the ack then finds it no
     /// longer held). Only this rare path takes the lock; a hand-out and a drop touch
     /// nothing here.
-    orphan: std::sync::Mutex<Option<Ticket>>,
+    orphan: std::sync::Mutex<Vec<Ticket>>,
 }
 
 impl Drop for Shared {
     fn drop(&mut self) {
-        let orphan = self
-            .orphan
-            .get_mut()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-        if let Some(t) = orphan {
+        let orphan = std::mem::take(self.orphan.get_mut().unwrap_or_else(|e| e.into_inner()));
+        for t in orphan {
             let acked = self
                 .spool
                 .with_engine(|e| e.ack_delivery(&self.group, t, false).map(|_| ()));
@@ -135,6 +137,7 @@ impl EmbeddedConsumer {
     }
 
     fn ack_previous(&mut self) -> Result<()> {
+        self.ack_previous_batch()?;
         if let Some(t) = self.previous.take() {
             let sh = &self.shared;
             sh.spool
@@ -142,6 +145,23 @@ impl EmbeddedConsumer {
             sh.wakeup.wake();
         }
         Ok(())
+    }
+
+    /// Auto-ack: acks the last `recv_batch`'s deliveries.
+    fn ack_previous_batch(&mut self) -> Result<()> {
+        if self.previous_batch.is_empty() {
+            return Ok(());
+        }
+        let sh = &self.shared;
+        let acked = sh.spool.with_engine(|e| {
+            for &t in &self.previous_batch {
+                e.ack_delivery(&sh.group, t, false)?;
+            }
+            Ok(())
+        });
+        self.previous_batch.clear();
+        sh.wakeup.wake();
+        acked
     }
 
     /// The next lent record, unless the group took them back. Handing it out acks the
@@ -179,13 +199,22 @@ impl EmbeddedConsumer {
 
     /// Hands out the next delivery if one is available now (acking the previous one).
     fn try_next(&mut self) -> Result<Option<EmbeddedDelivery>> {
+        self.ack_previous_batch()?;
         if let Some(d) = self.next_lent() {
             return Ok(Some(d));
         }
+        self.take_next(false)
+    }
+
+    /// Hands out the next delivery from the group if one is available now (acking the
+    /// previous one). `batch`: one of a `recv_batch`, which an auto-ack consumer acks
+    /// with the rest of its batch (so without a loan: handing out a lent record counts
+    /// the one before as finished).
+    fn take_next(&mut self, batch: bool) -> Result<Option<EmbeddedDelivery>> {
         let sh = &self.shared;
         // The previous auto-ack delivery is acked under the same lock as the hand-out.
         let previous = self.previous.take();
-        let lend = !self.manual_ack;
+        let lend = !self.manual_ack && !batch;
         let handout = sh
             .spool
             .with_engine(|e| e.next_delivery(&sh.group, previous, lend));
@@ -196,8 +225,10 @@ impl EmbeddedConsumer {
         }
         Ok(handout?.map(|h| {
             let ticket = h.ticket();
-            if !self.manual_ack {
-                self.previous = Some(ticket);
+            match (self.manual_ack, batch) {
+                (true, _) => {}
+                (false, true) => self.previous_batch.push(ticket),
+                (false, false) => self.previous = Some(ticket),
             }
             if let Some(records) = h.lent {
                 self.lent = Some(Lent {
@@ -219,13 +250,46 @@ impl EmbeddedConsumer {
 
     /// Waits for the next delivery.
     pub async fn recv(&mut self) -> Result<EmbeddedDelivery> {
+        self.wait_for(Self::try_next).await
+    }
+
+    /// Waits for at least one delivery, then takes what is ready now, up to `max` (and
+    /// up to the group's `max_in_flight` room). An auto-ack consumer acks the whole batch
+    /// when it asks for the next delivery (or is closed).
+    pub async fn recv_batch(&mut self, max: usize) -> Result<Vec<EmbeddedDelivery>> {
+        if max == 0 {
+            return Ok(Vec::new());
+        }
+        self.ack_previous_batch()?;
+        // The loan's last record is acked by the first hand-out below (`previous`), the
+        // others when the group takes the loan back.
+        self.lent = None;
+        let first = self.wait_for(|c| c.take_next(true)).await?;
+        let mut out = Vec::with_capacity(max.min(MAX_BATCH_PREALLOC));
+        out.push(first);
+        while out.len() < max {
+            // A failure after the first hand-out ends the batch: what was handed out is
+            // returned, and the next call reports the failure if it lasts.
+            match self.take_next(true) {
+                Ok(Some(d)) => out.push(d),
+                Ok(None) | Err(_) => break,
+            }
+        }
+        Ok(out)
+    }
+
+    /// Waits until `take` hands out a delivery.
+    async fn wait_for(
+        &mut self,
+        mut take: impl FnMut(&mut Self) -> Result<Option<EmbeddedDelivery>>,
+    ) -> Result<EmbeddedDelivery> {
         // A ready `recv` takes part in tokio's cooperative budget, as tokio's own channels
         // do: without it, a consumer task that always finds a record never yields, and the
         // other consumers of the group on its runtime thread get nothing. The budget is
         // taken before the hand-out, so a yield here leaves nothing handed out (an
         // auto-ack consumer would count a delivery dropped in between as acked).
         let budget = std::future::poll_fn(tokio::task::coop::poll_proceed).await;
-        if let Some(d) = self.try_next()? {
+        if let Some(d) = take(self)? {
             budget.made_progress();
             return Ok(d);
         }
@@ -243,7 +307,7 @@ impl EmbeddedConsumer {
             let mut notified = std::pin::pin!(notified);
             notified.as_mut().enable();
             let seen = shared.wakeup.rings();
-            if let Some(d) = self.try_next()? {
+            if let Some(d) = take(self)? {
                 return Ok(d);
             }
             if let Some(until) = spin_until
@@ -280,9 +344,11 @@ impl Drop for EmbeddedConsumer {
         // dropped it.
         if std::thread::panicking()
             && Arc::strong_count(&self.shared) > 1
-            && let Some(t) = self.previous.take()
+            && (self.previous.is_some() || !self.previous_batch.is_empty())
         {
-            *self.shared.orphan.lock().unwrap_or_else(|e| e.into_inner()) = Some(t);
+            let mut orphan = self.shared.orphan.lock().unwrap_or_else(|e| e.into_inner());
+            orphan.append(&mut self.previous_batch);
+            orphan.extend(self.previous.take());
             return;
         }
         if let Err(e) = self.ack_previous() {
@@ -387,30 +453,23 @@ impl EmbeddedDelivery {
         let made = sh
             .spool
             .with_engine(|e| {
+                // Counted before the ack queues the group's image: the committer it wakes
+                // waits for this future's first poll (a `join_all` polls every ack made
+                // before it), so acks made back to back share one commit.
+                let unpolled = e.ack_watch().ack_made();
                 let t = e.ack_delivery(&sh.group, self.ticket, true)?;
-                Ok(t.map(|t| (t, e.ack_watch().clone())))
+                Ok(t.map(|t| (t, e.ack_watch().clone(), unpolled)))
             })
             .map_err(|e| self.expired_or(e));
         // Also after a failure (a failed commit after the ack was made): the slot may be
         // free already, and a wake nobody waits for costs next to nothing.
         sh.wakeup.wake();
         async move {
-            let Some((ticket, watch)) = made? else {
+            let Some((ticket, watch, unpolled)) = made? else {
                 return Ok(());
             };
-            let mut again = false;
-            let outcome = std::future::poll_fn(|cx| {
-                let registered = std::mem::replace(&mut again, true);
-                match watch.poll_outcome(ticket, cx.waker(), registered) {
-                    Some(o) => Poll::Ready(o),
-                    None => Poll::Pending,
-                }
-            })
-            .await;
-            outcome.map_err(|detail| Error::Catalog {
-                context: "committing an ack".into(),
-                detail,
-            })
+            drop(unpolled);
+            wait_durable(&watch, ticket).await
         }
     }
 
@@ -429,6 +488,23 @@ impl EmbeddedDelivery {
         sh.wakeup.wake();
         r
     }
+}
+
+/// Waits until the catalog decides `ticket`: `Ok` once the commit holding it is durable.
+async fn wait_durable(watch: &AckWatch, ticket: u64) -> Result<()> {
+    let mut again = false;
+    let outcome = std::future::poll_fn(|cx| {
+        let registered = std::mem::replace(&mut again, true);
+        match watch.poll_outcome(ticket, cx.waker(), registered) {
+            Some(o) => Poll::Ready(o),
+            None => Poll::Pending,
+        }
+    })
+    .await;
+    outcome.map_err(|detail| Error::Catalog {
+        context: "committing an ack".into(),
+        detail,
+    })
 }
 
 impl Drop for EmbeddedDelivery {
@@ -454,4 +530,101 @@ impl Drop for EmbeddedDelivery {
             sh.wakeup.wake();
         }
     }
+}
+
+/// The deliveries of `ds` by group: each group's `Shared` and the indices of its
+/// deliveries in `ds` (usually one group: a consumer's own).
+fn by_group(ds: &[EmbeddedDelivery]) -> Vec<(Arc<Shared>, Vec<usize>)> {
+    let mut groups: Vec<(Arc<Shared>, Vec<usize>)> = Vec::new();
+    for (i, d) in ds.iter().enumerate() {
+        match groups
+            .iter_mut()
+            .find(|(sh, _)| sh.group.same_group(&d.shared.group))
+        {
+            Some((_, at)) => at.push(i),
+            None => groups.push((d.shared.clone(), vec![i])),
+        }
+    }
+    groups
+}
+
+/// The error a batch call returns: a failure of the call itself (a commit) before a
+/// delivery that could not be acked or nacked (stale, expired), else the first in order.
+fn batch_error(errors: impl IntoIterator<Item = Error>) -> Option<Error> {
+    let refusal = |e: &Error| {
+        matches!(
+            e,
+            Error::StaleDelivery { .. } | Error::DeliveryExpired { .. }
+        )
+    };
+    let mut first: Option<Error> = None;
+    for e in errors {
+        match &first {
+            Some(f) if refusal(f) && !refusal(&e) => first = Some(e),
+            Some(_) => {}
+            None => first = Some(e),
+        }
+    }
+    first
+}
+
+/// Acks every delivery of `ds` that can still be acked, durably, with one ticket per
+/// group (one commit); see [`crate::Consumer::ack_all`] for the rules.
+pub(crate) async fn ack_all(mut ds: Vec<EmbeddedDelivery>) -> Result<()> {
+    let mut errors = Vec::new();
+    let mut tickets = Vec::new();
+    for (sh, at) in by_group(&ds) {
+        let held: Vec<Ticket> = at.iter().map(|&i| ds[i].ticket).collect();
+        for &i in &at {
+            ds[i].release_on_drop = false;
+        }
+        let mut refused = Vec::new();
+        let made = sh.spool.with_engine(|e| {
+            let t = e.ack_deliveries(&sh.group, &held, &mut refused)?;
+            Ok(t.map(|t| (t, e.ack_watch().clone())))
+        });
+        sh.wakeup.wake();
+        errors.extend(refused.into_iter().map(|(k, e)| ds[at[k]].expired_or(e)));
+        match made {
+            Ok(t) => tickets.extend(t),
+            Err(e) => errors.push(e),
+        }
+    }
+    drop(ds);
+    for (ticket, watch) in tickets {
+        if let Err(e) = wait_durable(&watch, ticket).await {
+            errors.push(e);
+        }
+    }
+    batch_error(errors).map_or(Ok(()), Err)
+}
+
+/// Nacks every delivery of `ds` that can still be nacked, with one commit per group for
+/// those redelivered; see [`crate::Consumer::nack_all`] for the rules.
+pub(crate) fn nack_all(mut ds: Vec<EmbeddedDelivery>, reason: &str) -> Result<Vec<NackOutcome>> {
+    let mut out: Vec<Option<Result<NackOutcome>>> = (0..ds.len()).map(|_| None).collect();
+    for (sh, at) in by_group(&ds) {
+        let held: Vec<Ticket> = at.iter().map(|&i| ds[i].ticket).collect();
+        for &i in &at {
+            ds[i].release_on_drop = false;
+        }
+        let results = sh
+            .spool
+            .with_engine(|e| Ok(e.nack_deliveries(&sh.group, &held, reason, now_ms())));
+        // Also after a failure: a record may be up for redelivery already.
+        sh.wakeup.wake();
+        match results {
+            Ok(rs) => {
+                for (k, r) in rs.into_iter().enumerate() {
+                    out[at[k]] = Some(r.map_err(|e| ds[at[k]].expired_or(e)));
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    let out: Vec<Result<NackOutcome>> = out.into_iter().flatten().collect();
+    if out.iter().all(Result::is_ok) {
+        return Ok(out.into_iter().flatten().collect());
+    }
+    Err(batch_error(out.into_iter().filter_map(Result::err)).unwrap_or(Error::Closed))
 }

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant, SystemTime};
 use bytes::Bytes;
 use tokio::sync::Notify;
 
-pub(crate) use consumer::{ConsumerConfig, EmbeddedConsumer, EmbeddedDelivery};
+pub(crate) use consumer::{ConsumerConfig, EmbeddedConsumer, EmbeddedDelivery, ack_all, nack_all};
 
 use crate::error::{Error, Result};
 use crate::format::Headers;
@@ -344,6 +344,11 @@ impl Embedded {
     /// Applies retention now (the background thread also does every `Retention Check Ms`).
     pub fn apply_retention(&self) -> Result<()> {
         self.engine()?.apply_retention(now_ms(), true)
+    }
+
+    /// Catalog commits that succeeded since the instance was opened (0 once closed).
+    pub fn catalog_commits(&self) -> u64 {
+        self.with_engine(|e| Ok(e.catalog_commits())).unwrap_or(0)
     }
 
     /// Persists auto-acked cursors now (the background thread also does every
