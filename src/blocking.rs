@@ -148,6 +148,11 @@ impl Spool {
         self.inner.topic_info(topic)
     }
 
+    /// Every topic's and group's figures (see [`crate::Spool::metrics`]).
+    pub fn metrics(&self) -> Result<crate::queue::Metrics> {
+        self.inner.metrics()
+    }
+
     /// The group's cursor, lag and attempts (see [`crate::Spool::group_info`]).
     pub fn group_info(&self, topic: &str, group: &str) -> Result<GroupInfo> {
         self.inner.group_info(topic, group)

@@ -62,9 +62,11 @@ pub use delivery::Delivery;
 pub use error::{Error, Result};
 pub use format::Headers;
 pub use format::record::Record;
+pub use io::sync_stats::{SYNC_BUCKETS_US, SyncLatency};
 pub use options::{Mode, NackBackoff, Options, RetentionPolicy, SyncPolicy};
 pub use queue::{
-    GroupInfo, NackOutcome, OffsetReset, PendingAttempt, SnapshotInfo, TopicConfig, TopicInfo,
+    GroupCounts, GroupInfo, GroupMetrics, Metrics, NackOutcome, OffsetReset, PendingAttempt,
+    SnapshotInfo, TopicConfig, TopicInfo, TopicMetrics,
 };
 #[doc(hidden)]
 pub use queue::{TopicVerify, VerifyProblem, VerifyReport};

@@ -13,7 +13,8 @@ use crate::format::record::Record;
 use crate::io::Fs;
 use crate::options::Options;
 use crate::queue::{
-    GroupInfo, NackOutcome, OffsetReset, SnapshotInfo, TopicConfig, TopicInfo, VerifyReport,
+    GroupInfo, Metrics, NackOutcome, OffsetReset, SnapshotInfo, TopicConfig, TopicInfo,
+    VerifyReport,
 };
 
 /// An open spool instance. Cheap to clone; every clone shares the instance.
@@ -164,6 +165,19 @@ impl Spool {
         match &self.backend {
             Backend::Embedded(e) => e.group_info(topic, group),
         }
+    }
+
+    /// The figures of every topic and group (`topic_info` and `group_info` of each, with
+    /// the groups' counts since open) and the process's sync latencies: what `spool
+    /// serve` shows and exports for Prometheus. Read one topic and group at a time, so
+    /// not one instant across them.
+    pub fn metrics(&self) -> Result<Metrics> {
+        Metrics::gather(
+            self.topics()?,
+            |t| self.topic_info(t),
+            |t| self.groups(t),
+            |t, g| self.group_info(t, g),
+        )
     }
 
     /// The groups with durable state on `topic`, sorted by name. A group has state from

@@ -405,6 +405,14 @@ impl Client {
         }
     }
 
+    /// The owner's metrics (see [`crate::Spool::metrics`]), in one call.
+    pub fn metrics(&self) -> Result<crate::queue::Metrics> {
+        match self.call(&Request::Metrics, Duration::ZERO)? {
+            Response::Metrics(m) => m.into_metrics(),
+            other => Err(unexpected(other)),
+        }
+    }
+
     /// Applies retention in the owner now.
     pub fn apply_retention(&self) -> Result<()> {
         done(self.call(&Request::ApplyRetention, Duration::ZERO)?)

@@ -14,6 +14,7 @@
 //! - `protocol.rs`: frames, the versioned `Request`/`Response` enums.
 //! - `wire_error.rs`: `WireError`, an `Error` on the wire and back.
 //! - `wire_batch.rs`: a publish's messages, decoded within a bound on their number.
+//! - `wire_metrics.rs`: `Metrics` in one answer.
 //! - `socket_path.rs`: where the socket lives (`<data>/admin.sock`, or elsewhere with a
 //!   pointer when the path is too long for a socket address).
 //! - `server.rs`: the owner's listener and connection threads, and their bounds.
@@ -31,6 +32,7 @@ pub(crate) mod server;
 pub(crate) mod socket_path;
 mod wire_batch;
 mod wire_error;
+mod wire_metrics;
 
 pub use client::{CONNECT_TIMEOUT, Client, DEFAULT_TIMEOUT, SNAPSHOT_TIMEOUT};
 

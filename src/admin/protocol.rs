@@ -30,7 +30,9 @@ use crate::error::{Error, Result};
 use crate::format::Headers;
 use crate::format::record::Record;
 use crate::options::RetentionPolicy;
-use crate::queue::{GroupInfo, OffsetReset, PendingAttempt, SnapshotInfo, TopicConfig, TopicInfo};
+use crate::queue::{
+    GroupCounts, GroupInfo, OffsetReset, PendingAttempt, SnapshotInfo, TopicConfig, TopicInfo,
+};
 
 pub use super::wire_batch::WireBatch;
 pub use super::wire_error::WireError;
@@ -105,6 +107,8 @@ pub enum Request {
     },
     /// `verify` (CLI.md): every record, index entry and catalog row read back.
     Verify { topic: Option<String> },
+    /// `metrics()`: every topic's and group's figures and the owner's sync latencies.
+    Metrics,
 }
 
 impl Request {
@@ -126,6 +130,7 @@ impl Request {
             Request::ApplyRetention => ("apply_retention", None, None),
             Request::SetTopicConfig { topic, .. } => ("set_topic_config", Some(topic), None),
             Request::Verify { topic } => ("verify", topic.as_deref(), None),
+            Request::Metrics => ("metrics", None, None),
         }
     }
 
@@ -139,6 +144,7 @@ impl Request {
                 | Request::GroupInfo { .. }
                 | Request::Fetch { .. }
                 | Request::Verify { .. }
+                | Request::Metrics
         )
     }
 }
@@ -175,6 +181,8 @@ pub enum Response {
     Snapshot(WireSnapshotInfo),
     /// What `verify` found (added after version 1's first variants: at the end).
     Verify(crate::queue::VerifyReport),
+    /// The owner's metrics.
+    Metrics(super::wire_metrics::WireMetrics),
 }
 
 /// Bytes encoded as one length-prefixed run (not byte by byte, as a `Vec<u8>` would be).
@@ -347,6 +355,8 @@ pub struct WireGroupInfo {
     pub dead_lettered: u64,
     pub skipped: u64,
     pub epoch: u64,
+    /// `GroupCounts`: delivered, redelivered, acked, nacked, expired.
+    pub counts: [u64; 5],
 }
 
 impl From<&GroupInfo> for WireGroupInfo {
@@ -364,6 +374,7 @@ impl From<&GroupInfo> for WireGroupInfo {
             dead_lettered: g.dead_lettered,
             skipped: g.skipped,
             epoch: g.epoch,
+            counts: g.counts.to_array(),
         }
     }
 }
@@ -388,6 +399,7 @@ impl WireGroupInfo {
             dead_lettered: self.dead_lettered,
             skipped: self.skipped,
             epoch: self.epoch,
+            counts: GroupCounts::from_array(self.counts),
         }
     }
 }

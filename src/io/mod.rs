@@ -13,9 +13,11 @@
 //! - `sim.rs`: the simulated file system of the power-loss tests.
 //! - `private.rs`: owner-only files on the real file system (the admin endpoint's socket,
 //!   its pointer and private directory).
+//! - `sync_stats.rs`: the process's histogram of sync latencies (for metrics).
 
 pub mod private;
 pub mod sim;
+pub mod sync_stats;
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
@@ -219,9 +221,10 @@ impl Fs {
     }
 
     pub fn sync_dir(&self, dir: &Path) -> Result<()> {
-        self.0
-            .sync_dir(dir)
-            .ctx(|| format!("syncing directory {}", dir.display()))
+        let started = std::time::Instant::now();
+        let r = self.0.sync_dir(dir);
+        sync_stats::record(started.elapsed());
+        r.ctx(|| format!("syncing directory {}", dir.display()))
     }
 
     pub fn is_dir(&self, path: &Path) -> Option<bool> {
@@ -349,7 +352,9 @@ impl DataFile {
     /// Not synced: only a reopen in the same boot needs it, and the page cache keeps it
     /// that long; after a power cut the disk is all there is to read.
     pub fn sync_data(&self) -> Result<()> {
+        let started = std::time::Instant::now();
         let r = self.io.sync_data();
+        sync_stats::record(started.elapsed());
         if r.is_err() {
             self.note_unsynced();
         }

@@ -20,6 +20,7 @@ pub(super) fn finish_held(g: &mut Group, ticket: Ticket) -> bool {
     if held {
         g.take_out(ticket.offset);
         g.finish(ticket.offset);
+        g.counts.acked += 1;
     }
     held
 }

@@ -33,6 +33,7 @@ impl Engine {
         let (now, now_ms) = (Instant::now(), wall_ms());
         for offset in g.expired(now) {
             g.take_out(offset);
+            g.counts.expired += 1;
             let failure = Failure::backoff(ACK_DEADLINE_REASON);
             if let Err(e) = self.nack_taken(t, group, g, offset, failure, now_ms) {
                 tracing::warn!(topic = %t.name, group = %group, offset, error = %e,

@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use super::info::GroupCounts;
 use super::key_order::KeyOrder;
 use crate::catalog::{AttemptRecord, GroupRecord};
 use crate::format::record::Record;
@@ -142,6 +143,9 @@ pub struct Group {
     pub keys: Option<KeyOrder>,
     /// Open key-ordered consumers: the group orders by key while there is one.
     pub key_ordered_consumers: usize,
+    /// What the group did since the instance opened (`GroupInfo::counts`); the records
+    /// of a loan are counted when it is taken back (see [`Group::counts_now`]).
+    pub counts: GroupCounts,
 }
 
 /// What the waiting offsets offer a hand-out (see [`Group::pick_waiting`]).
@@ -214,6 +218,7 @@ impl Group {
             deadlines: BTreeMap::new(),
             keys: None,
             key_ordered_consumers: 0,
+            counts: GroupCounts::default(),
         }
     }
 
@@ -513,9 +518,12 @@ impl Group {
 
     /// Records `offset` as handed out; returns the delivery's token.
     pub fn hand_out(&mut self, offset: u64) -> u64 {
-        if !self.take_waiting(offset) {
+        let again = self.take_waiting(offset);
+        if !again {
             self.read_past(offset);
         }
+        self.counts.delivered += 1;
+        self.counts.redelivered += u64::from(again);
         let token = self.next_token;
         self.next_token += 1;
         self.in_flight.insert(offset, token);
@@ -564,6 +572,8 @@ impl Group {
         );
         self.read_pos = next;
         let out = next - 1;
+        self.counts.delivered += next - l.first;
+        self.counts.acked += out - l.first;
         for o in l.first..out {
             if o == self.cursor {
                 self.cursor += 1;
@@ -575,6 +585,18 @@ impl Group {
         self.in_flight.insert(out, l.token);
         self.mark_dirty();
         self.check();
+    }
+
+    /// [`Group::counts`] with the records of a loan under way: handed out as far as the
+    /// consumer went, and auto-acked but for the last.
+    pub fn counts_now(&self) -> GroupCounts {
+        let mut c = self.counts;
+        if let Some(l) = &self.lent {
+            let next = l.next.load(Ordering::Acquire) & !LENT_TAKEN_BACK;
+            c.delivered += next - l.first;
+            c.acked += next - 1 - l.first;
+        }
+        c
     }
 
     /// The attempt number a delivery of `offset` carries.

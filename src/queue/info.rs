@@ -100,6 +100,114 @@ pub struct GroupInfo {
     pub skipped: u64,
     /// Bumped by each reset.
     pub epoch: u64,
+    /// What the group did since this instance opened.
+    pub counts: GroupCounts,
+}
+
+/// What a group did since this instance opened: in memory only, so a reopen starts from
+/// zero (as a Prometheus counter may). Kept across resets.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct GroupCounts {
+    /// Deliveries handed out, redeliveries included.
+    pub delivered: u64,
+    /// Deliveries of a record that had waited for redelivery: nacked, released, expired,
+    /// or out when the instance last stopped.
+    pub redelivered: u64,
+    /// Deliveries acked, explicitly or automatically.
+    pub acked: u64,
+    /// Nacks (each failed attempt an application reported).
+    pub nacked: u64,
+    /// Deliveries whose ack deadline passed.
+    pub expired: u64,
+}
+
+/// Everything `Spool::metrics` reports: the same figures as `topic_info` and
+/// `group_info` for every topic and group, and the process's sync latencies.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Metrics {
+    /// Every topic, sorted by name. Its `next` is also the count of records ever
+    /// published to it (a counter that survives reopens).
+    pub topics: Vec<TopicMetrics>,
+    /// Every group with durable state, by topic then name.
+    pub groups: Vec<GroupMetrics>,
+    /// How long the syncs of segment, index and directory files took, process-wide.
+    pub syncs: crate::io::sync_stats::SyncLatency,
+}
+
+/// One topic's figures in [`Metrics`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TopicMetrics {
+    /// The topic's name.
+    pub topic: String,
+    /// What `topic_info` says.
+    pub info: TopicInfo,
+}
+
+/// One group's figures in [`Metrics`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct GroupMetrics {
+    /// The topic the group reads.
+    pub topic: String,
+    /// The group's name.
+    pub group: String,
+    /// What `group_info` says, `counts` included.
+    pub info: GroupInfo,
+}
+
+impl Metrics {
+    /// Builds the figures from a source of topics and groups (one call each, as the
+    /// public API has them), so that every backend reports the same way.
+    #[doc(hidden)]
+    pub fn gather(
+        topics: Vec<String>,
+        topic_info: impl Fn(&str) -> Result<TopicInfo>,
+        groups: impl Fn(&str) -> Result<Vec<String>>,
+        group_info: impl Fn(&str, &str) -> Result<GroupInfo>,
+    ) -> Result<Metrics> {
+        let mut m = Metrics::default();
+        for topic in topics {
+            for group in groups(&topic)? {
+                let info = group_info(&topic, &group)?;
+                let topic = topic.clone();
+                m.groups.push(GroupMetrics { topic, group, info });
+            }
+            let info = topic_info(&topic)?;
+            m.topics.push(TopicMetrics { topic, info });
+        }
+        m.syncs = crate::io::sync_stats::snapshot();
+        Ok(m)
+    }
+}
+
+impl GroupCounts {
+    /// The counts in their field order (the admin protocol's form).
+    #[doc(hidden)]
+    pub fn to_array(self) -> [u64; 5] {
+        [
+            self.delivered,
+            self.redelivered,
+            self.acked,
+            self.nacked,
+            self.expired,
+        ]
+    }
+
+    /// The counts from [`GroupCounts::to_array`]'s form.
+    #[doc(hidden)]
+    pub fn from_array(a: [u64; 5]) -> GroupCounts {
+        let [delivered, redelivered, acked, nacked, expired] = a;
+        GroupCounts {
+            delivered,
+            redelivered,
+            acked,
+            nacked,
+            expired,
+        }
+    }
 }
 
 impl Engine {
@@ -175,6 +283,7 @@ impl Engine {
             dead_lettered: g.dead_lettered,
             skipped: g.skipped,
             epoch: g.epoch,
+            counts: g.counts_now(),
         })
     }
 }

@@ -84,9 +84,9 @@ pub use deliver::{GroupRef, Handling, LentRecords, Ticket};
 pub use engine::Engine;
 pub use group_cell::OpenConsumer;
 pub use info::{
-    GroupInfo, NackOutcome, OffsetReset, PendingAttempt, TopicInfo, X_CONSUMER_GROUP,
-    X_DEAD_LETTER_REASON, X_DELIVERY_ATTEMPTS, X_ORIGINAL_OFFSET, X_ORIGINAL_TIMESTAMP,
-    X_ORIGINAL_TOPIC,
+    GroupCounts, GroupInfo, GroupMetrics, Metrics, NackOutcome, OffsetReset, PendingAttempt,
+    TopicInfo, TopicMetrics, X_CONSUMER_GROUP, X_DEAD_LETTER_REASON, X_DELIVERY_ATTEMPTS,
+    X_ORIGINAL_OFFSET, X_ORIGINAL_TIMESTAMP, X_ORIGINAL_TOPIC,
 };
 pub use key_order::MESSAGE_KEY_HEADER;
 pub use produce::Published;

@@ -33,6 +33,7 @@ impl Engine {
             });
         }
         g.take_out(ticket.offset);
+        g.counts.nacked += 1;
         let failure = Failure { reason, delay };
         self.nack_taken(&r.topic, &r.name, &mut g, ticket.offset, failure, now_ms)
     }
@@ -59,6 +60,7 @@ impl Engine {
             } else if !g.holds(t.offset, t.epoch, t.token) {
                 out.push(Err(Error::StaleDelivery { offset: t.offset }));
             } else {
+                g.counts.nacked += 1;
                 let at_limit = g.attempt_of(t.offset) >= self.opts.max_delivery_attempts;
                 match dlq.is_some() && at_limit {
                     true => exhausted.push((out.len(), t.offset)),

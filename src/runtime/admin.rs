@@ -97,6 +97,7 @@ async fn dispatch(e: &Embedded, request: Request) -> Result<Response> {
             Response::Done
         }
         Request::Verify { topic } => Response::Verify(e.verify(topic.as_deref()).await?),
+        Request::Metrics => Response::Metrics((&e.metrics()?).into()),
     })
 }
 

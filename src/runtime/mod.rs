@@ -341,6 +341,16 @@ impl Embedded {
         Ok(self.engine()?.topic_names())
     }
 
+    /// Every topic's and group's figures (see [`crate::Spool::metrics`]).
+    pub fn metrics(&self) -> Result<crate::queue::Metrics> {
+        crate::queue::Metrics::gather(
+            self.topics()?,
+            |t| self.topic_info(t),
+            |t| self.groups(t),
+            |t, g| self.group_info(t, g),
+        )
+    }
+
     /// Applies retention now (the background thread also does every `Retention Check Ms`).
     pub fn apply_retention(&self) -> Result<()> {
         self.engine()?.apply_retention(now_ms(), true)
