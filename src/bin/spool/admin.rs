@@ -197,10 +197,3 @@ fn executed_cell(execute: bool) -> String {
     }
     .to_owned()
 }
-
-/// `spool serve`: the dashboard is its own issue.
-pub fn serve() -> Result<(), Failure> {
-    Err(Failure::failed(
-        "serve (the dashboard) is not built yet: it is its own issue",
-    ))
-}

@@ -91,11 +91,17 @@ pub enum Command {
         #[arg(long)]
         execute: bool,
     },
-    /// The dashboard (not built yet: its own issue).
+    /// The dashboard: topics, groups (with lag over time) and dead letters in a browser,
+    /// and `/metrics` for Prometheus. Read-only. Serves until Ctrl-C.
     Serve {
-        /// Address to listen on.
+        /// Address to listen on (port 0: one the system picks; the first line printed
+        /// says which).
         #[arg(long, default_value = "127.0.0.1:8642")]
-        listen: String,
+        listen: std::net::SocketAddr,
+        /// Allow a non-loopback address (the page shows every payload to whoever
+        /// reaches it).
+        #[arg(long)]
+        allow_remote: bool,
     },
 }
 

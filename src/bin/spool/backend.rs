@@ -139,6 +139,14 @@ impl Backend {
         out
     }
 
+    /// `Spool::metrics` (through the owner: one request, with the owner's sync times).
+    pub async fn metrics(&self) -> Result<spool::Metrics> {
+        match self {
+            Backend::Offline(mq) => Ok(mq.metrics()?),
+            Backend::Live(c) => Ok(c.metrics()?),
+        }
+    }
+
     /// `Spool::publish_batch` (all or nothing).
     pub async fn publish_batch(
         &self,

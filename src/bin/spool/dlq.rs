@@ -89,8 +89,9 @@ impl Scan {
     }
 }
 
+/// A dead-letter topic as `dlq list --output json` and `spool serve`'s `/api/dlq` show it.
 #[derive(Serialize)]
-struct DlqRow {
+pub struct DlqRow {
     topic: String,
     source: String,
     messages: u64,
@@ -99,6 +100,29 @@ struct DlqRow {
 
 /// `spool dlq list`.
 async fn list(b: &Backend, out: Output, suffix: &str) -> Result<(), Failure> {
+    let rows = dlq_rows(b, suffix).await?;
+    if out == Output::Json {
+        return print_json(&rows);
+    }
+    let mut t = table(&["dlq", "source", "messages", "reasons"]);
+    for r in &rows {
+        let reasons: Vec<String> = r
+            .reasons
+            .iter()
+            .map(|(k, n)| format!("{k} ({n})"))
+            .collect();
+        t.add_row(vec![
+            r.topic.clone(),
+            r.source.clone(),
+            r.messages.to_string(),
+            reasons.join(", "),
+        ]);
+    }
+    print_table(&t)
+}
+
+/// Every dead-letter topic (named with `suffix`) with its source and counts by reason.
+pub async fn dlq_rows(b: &Backend, suffix: &str) -> Result<Vec<DlqRow>, Failure> {
     let mut rows = Vec::new();
     for topic in b.topics().await? {
         let Some(base) = topic
@@ -142,24 +166,20 @@ async fn list(b: &Backend, out: Output, suffix: &str) -> Result<(), Failure> {
             reasons,
         });
     }
-    if out == Output::Json {
-        return print_json(&rows);
+    Ok(rows)
+}
+
+/// The records of `dlq` a `Select` asks for, as `dlq show --output json` prints them.
+pub async fn selected(b: &Backend, dlq: &str, select: Select) -> Result<Vec<Record>, Failure> {
+    let mut scan = Scan::new(b, dlq, select).await?;
+    let mut out = Vec::new();
+    loop {
+        let records = scan.next(b).await?;
+        if records.is_empty() {
+            return Ok(out);
+        }
+        out.extend(records);
     }
-    let mut t = table(&["dlq", "source", "messages", "reasons"]);
-    for r in &rows {
-        let reasons: Vec<String> = r
-            .reasons
-            .iter()
-            .map(|(k, n)| format!("{k} ({n})"))
-            .collect();
-        t.add_row(vec![
-            r.topic.clone(),
-            r.source.clone(),
-            r.messages.to_string(),
-            reasons.join(", "),
-        ]);
-    }
-    print_table(&t)
 }
 
 /// `spool dlq show DLQ [--from N] [--max N] [--reason TEXT]`.

@@ -54,6 +54,11 @@ impl Failure {
         }
     }
 
+    /// What went wrong, as the line says it.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
     /// Prints the line and gives the exit code.
     pub fn report(self) -> ExitCode {
         eprintln!("spool: {}", self.message);

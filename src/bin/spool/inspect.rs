@@ -7,8 +7,9 @@ use crate::backend::Backend;
 use crate::failure::Failure;
 use crate::output::{print_json, print_table, table};
 
+/// A topic as `spool topics --output json` and `spool serve`'s `/api/` show it.
 #[derive(Serialize)]
-struct TopicRow {
+pub struct TopicRow {
     topic: String,
     earliest: u64,
     next: u64,
@@ -17,19 +18,25 @@ struct TopicRow {
     segments: usize,
 }
 
-/// `spool topics`.
-pub async fn topics(b: &Backend, out: Output) -> Result<(), Failure> {
-    let mut rows = Vec::new();
-    for topic in b.topics().await? {
-        let i = b.topic_info(&topic).await?;
-        rows.push(TopicRow {
+impl TopicRow {
+    pub fn new(topic: String, i: &spool::TopicInfo) -> TopicRow {
+        TopicRow {
             topic,
             earliest: i.earliest,
             next: i.next,
             messages: i.messages,
             bytes: i.bytes,
             segments: i.segments,
-        });
+        }
+    }
+}
+
+/// `spool topics`.
+pub async fn topics(b: &Backend, out: Output) -> Result<(), Failure> {
+    let mut rows = Vec::new();
+    for topic in b.topics().await? {
+        let i = b.topic_info(&topic).await?;
+        rows.push(TopicRow::new(topic, &i));
     }
     if out == Output::Json {
         return print_json(&rows);
@@ -49,14 +56,16 @@ pub async fn topics(b: &Backend, out: Output) -> Result<(), Failure> {
 }
 
 #[derive(Serialize)]
-struct Pending {
+pub struct Pending {
     offset: u64,
     attempts: u32,
     last_reason: String,
 }
 
+/// A group as `spool groups --output json` and `spool serve`'s `/api/` show it (the
+/// page's also carries `counts`, which the command line's JSON leaves out).
 #[derive(Serialize)]
-struct GroupRow {
+pub struct GroupRow {
     topic: String,
     group: String,
     cursor: u64,
@@ -66,6 +75,30 @@ struct GroupRow {
     pending: Vec<Pending>,
     dead_lettered: u64,
     skipped: u64,
+}
+
+impl GroupRow {
+    pub fn new(topic: &str, group: String, i: &spool::GroupInfo) -> GroupRow {
+        GroupRow {
+            topic: topic.to_owned(),
+            group,
+            cursor: i.cursor,
+            next: i.next,
+            lag: i.lag,
+            in_flight: i.in_flight,
+            pending: i
+                .pending
+                .iter()
+                .map(|p| Pending {
+                    offset: p.offset,
+                    attempts: p.attempts,
+                    last_reason: p.last_reason.clone(),
+                })
+                .collect(),
+            dead_lettered: i.dead_lettered,
+            skipped: i.skipped,
+        }
+    }
 }
 
 /// `spool groups [--topic T] [--group G]`: a group named with its topic is shown even
@@ -99,25 +132,7 @@ pub async fn groups(
 
 async fn group_row(b: &Backend, topic: &str, group: String) -> Result<GroupRow, Failure> {
     let i = b.group_info(topic, &group).await?;
-    Ok(GroupRow {
-        topic: topic.to_owned(),
-        group,
-        cursor: i.cursor,
-        next: i.next,
-        lag: i.lag,
-        in_flight: i.in_flight,
-        pending: i
-            .pending
-            .iter()
-            .map(|p| Pending {
-                offset: p.offset,
-                attempts: p.attempts,
-                last_reason: p.last_reason.clone(),
-            })
-            .collect(),
-        dead_lettered: i.dead_lettered,
-        skipped: i.skipped,
-    })
+    Ok(GroupRow::new(topic, group, &i))
 }
 
 fn print_groups(rows: &[GroupRow]) -> Result<(), Failure> {

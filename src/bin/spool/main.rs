@@ -31,6 +31,7 @@ mod parse;
 mod progress;
 mod records;
 mod reset;
+mod serve;
 mod target;
 
 use std::process::ExitCode;
@@ -71,9 +72,6 @@ fn init_logging() {
 
 async fn run(cli: Cli) -> Result<(), Failure> {
     let target = target::Target::from_flag(cli.data.as_deref())?;
-    if let Command::Serve { .. } = cli.command {
-        return admin::serve();
-    }
     let creates = matches!(cli.command, Command::Publish(_));
     // Verify reads a closed directory's logs before opening it (an open would cut a
     // damaged active tail away), and reports damage that stops an open as damage.
@@ -85,6 +83,14 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Err(f) if verifying => return Err(f.into_damage()),
         other => other?,
     };
+    if let Command::Serve {
+        listen,
+        allow_remote,
+    } = cli.command
+    {
+        let suffix = target.options.dead_letter_suffix.clone();
+        return serve::run(backend, suffix, listen, allow_remote).await;
+    }
     let out = cli.output;
     let result = dispatch(&backend, out, cli.command, &target.options).await;
     let closed = backend.close().await;
@@ -116,6 +122,7 @@ async fn dispatch(
             group,
             execute,
         } => admin::delete_group(b, out, topic, group, execute).await,
-        Command::Serve { .. } => admin::serve(),
+        // `run` serves before it dispatches.
+        Command::Serve { .. } => Err(Failure::failed("serve is not a one-shot command")),
     }
 }

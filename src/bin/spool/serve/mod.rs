@@ -1,0 +1,87 @@
+//! `spool serve`: the dashboard. An HTTP server on the command's own tokio runtime (axum),
+//! its page and assets compiled into the binary (`assets/`, no build step, no CDN).
+//!
+//! - Works through a live owner's admin endpoint, or on a directory no one holds (which
+//!   it then holds until it stops).
+//! - Read-only: no route changes anything.
+//! - Loopback only unless `--allow-remote`, which prints a warning.
+//!
+//! Files, by role: `mod.rs` (listen, routes, stop on Ctrl-C), `api.rs` (the JSON under
+//! `/api/`, with CLI.md's field names), `prometheus.rs` (`/metrics`), `page.rs` (the
+//! page and its assets).
+
+mod api;
+mod page;
+mod prometheus;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::routing::get;
+
+use crate::backend::Backend;
+use crate::failure::Failure;
+
+/// What every request reads.
+pub struct App {
+    pub backend: Backend,
+    /// The dead-letter suffix (`Dead Letter Suffix` of the connection string).
+    pub suffix: String,
+}
+
+/// The routes, over `app`.
+pub fn router(app: Arc<App>) -> Router {
+    Router::new()
+        .route("/", get(page::index))
+        .route("/app.js", get(page::script))
+        .route("/style.css", get(page::style))
+        .route("/metrics", get(prometheus::metrics))
+        .route("/api/overview", get(api::overview))
+        .route("/api/topics", get(api::topics))
+        .route("/api/topics/{topic}", get(api::topic))
+        .route("/api/topics/{topic}/groups", get(api::groups))
+        .route("/api/topics/{topic}/groups/{group}", get(api::group))
+        .route("/api/dlq", get(api::dlq_list))
+        .route("/api/dlq/{topic}", get(api::dlq_records))
+        .fallback(api::not_found)
+        .with_state(app)
+}
+
+/// `spool serve [--listen ADDR] [--allow-remote]`: serves until Ctrl-C.
+pub async fn run(
+    backend: Backend,
+    suffix: String,
+    listen: SocketAddr,
+    allow_remote: bool,
+) -> Result<(), Failure> {
+    if !listen.ip().is_loopback() {
+        if !allow_remote {
+            return Err(Failure::failed(format!(
+                "{listen} is not a loopback address: the dashboard shows every message's \
+                 payload to whoever reaches it; add --allow-remote to serve it there anyway"
+            )));
+        }
+        eprintln!("spool: warning: serving on {listen}, reachable from other machines");
+    }
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|e| Failure::failed(format!("cannot listen on {listen}: {e}")))?;
+    let bound = listener
+        .local_addr()
+        .map_err(|e| Failure::failed(format!("cannot read the bound address: {e}")))?;
+    // The first line on stdout is the address (with port 0, the one the system chose).
+    println!("spool serve: http://{bound}/ (read-only; Ctrl-C stops)");
+    let app = Arc::new(App { backend, suffix });
+    let stop = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let served = axum::serve(listener, router(app.clone()))
+        .with_graceful_shutdown(stop)
+        .await;
+    let closed = Arc::into_inner(app).map(|a| a.backend);
+    if let Some(b) = closed {
+        b.close().await?;
+    }
+    served.map_err(|e| Failure::failed(format!("serving failed: {e}")))
+}

@@ -1,0 +1,251 @@
+//! `spool serve` (issue 29) driven as a user would: the binary started on a real data
+//! directory, asked over HTTP. What the JSON and `/metrics` say equals what the library
+//! says; unknown names are 404s, malformed parameters 400s, and nothing changes state.
+//! (The page itself in a real browser is the browser test's.)
+
+mod common_cli;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common_cli::{expect_code, fingerprint, prepare, spool};
+use serde_json::Value;
+
+/// A running `spool serve` and the address it printed.
+struct Served {
+    child: Child,
+    base: String,
+}
+
+impl Served {
+    fn start(data: &Path, extra: &[&str]) -> Served {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_spool"))
+            .args(["--data", data.to_str().expect("utf-8")])
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(extra)
+            .env_remove("SPOOL_DATA")
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start spool serve");
+        let mut line = String::new();
+        let out = child.stdout.take().expect("stdout");
+        BufReader::new(out)
+            .read_line(&mut line)
+            .expect("first line");
+        let base = line
+            .split_whitespace()
+            .find(|w| w.starts_with("http://"))
+            .unwrap_or_else(|| panic!("no address in {line:?}"))
+            .trim_end_matches('/')
+            .to_owned();
+        Served { child, base }
+    }
+
+    /// `(status, body)` of a request with `method` to `path`.
+    fn ask(&self, method: &str, path: &str) -> (u16, String) {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(30)))
+            .build()
+            .into();
+        let url = format!("{}{path}", self.base);
+        let r = match method {
+            "GET" => agent.get(&url).call(),
+            "POST" => agent.post(&url).send_empty(),
+            "PUT" => agent.put(&url).send_empty(),
+            "DELETE" => agent.delete(&url).call(),
+            other => panic!("{other}"),
+        };
+        let mut r = r.unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+        let status = r.status().as_u16();
+        (status, r.body_mut().read_to_string().expect("body"))
+    }
+
+    fn json(&self, path: &str) -> Value {
+        let (status, body) = self.ask("GET", path);
+        assert_eq!(status, 200, "{path}: {body}");
+        serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body}"))
+    }
+
+    /// Stops it as Ctrl-C does, and says how it ended.
+    fn stop(mut self) -> i32 {
+        let pid = rustix::process::Pid::from_child(&self.child);
+        rustix::process::kill_process(pid, rustix::process::Signal::INT).expect("SIGINT");
+        let status = self.child.wait().expect("wait");
+        status.code().unwrap_or(-1)
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn the_api_and_metrics_say_what_the_library_says_and_change_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    prepare(d);
+    let before = fingerprint(d);
+    let served = Served::start(d, &[]);
+
+    // Topics and groups as the command line prints them (it goes through the server's
+    // own admin endpoint while the server holds the directory).
+    let topics = served.json("/api/topics");
+    assert_eq!(topics, spool(d, &["topics", "--output", "json"]).json());
+    let groups = served.json("/api/topics/orders/groups");
+    let cli = spool(d, &["groups", "--output", "json"]).json();
+    for field in [
+        "cursor",
+        "next",
+        "lag",
+        "in_flight",
+        "dead_lettered",
+        "skipped",
+        "pending",
+    ] {
+        assert_eq!(groups[0][field], cli[0][field], "{field}");
+    }
+    let one = served.json("/api/topics/orders/groups/workers");
+    assert_eq!(
+        (one["cursor"].as_u64(), one["lag"].as_u64()),
+        (Some(3), Some(3))
+    );
+    let overview = served.json("/api/overview");
+    assert_eq!(overview["topics"], topics);
+    assert_eq!(overview["groups"][0]["group"], "workers");
+
+    // Dead letters, filtered by reason.
+    let list = served.json("/api/dlq");
+    assert_eq!(list, spool(d, &["dlq", "list", "--output", "json"]).json());
+    let shown = served.json("/api/dlq/orders.dlq?reason=503");
+    assert_eq!(shown.as_array().map(Vec::len), Some(1));
+    assert_eq!(shown[0]["headers"]["x-dead-letter-reason"], "upstream 503");
+    assert_eq!(shown[0]["payload"], "m2");
+
+    // Prometheus.
+    let (status, text) = served.ask("GET", "/metrics");
+    assert_eq!(status, 200);
+    for line in [
+        "spool_published_total{topic=\"orders\"} 6",
+        "spool_dead_lettered_total{topic=\"orders\",group=\"workers\"} 2",
+        "spool_lag{topic=\"orders\",group=\"workers\"} 3",
+        "spool_in_flight{topic=\"orders\",group=\"workers\"} 0",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+    }
+    assert!(
+        text.contains("# TYPE spool_fsync_seconds histogram"),
+        "{text}"
+    );
+    assert!(
+        text.contains("spool_fsync_seconds_bucket{le=\"+Inf\"}"),
+        "{text}"
+    );
+
+    // The page and its assets are in the binary.
+    let (status, page) = served.ask("GET", "/");
+    assert_eq!(status, 200);
+    assert!(page.contains("<script src=\"/app.js\">"), "{page}");
+    assert_eq!(served.ask("GET", "/app.js").0, 200);
+    assert_eq!(served.ask("GET", "/style.css").0, 200);
+
+    bad_requests_are_answered_and_change_nothing(&served);
+    assert_eq!(served.stop(), 0, "Ctrl-C stops it cleanly");
+    assert_eq!(fingerprint(d), before, "serving changed something");
+}
+
+/// 404 for unknown names and paths, 400 for malformed parameters, 405 for every request
+/// that would change something: the server is read-only.
+fn bad_requests_are_answered_and_change_nothing(served: &Served) {
+    for (path, status) in [
+        ("/api/topics/nope", 404),
+        ("/api/topics/a%2Fb", 404),
+        ("/api/topics/orders/groups/nobody", 404),
+        ("/api/topics/nope/groups", 404),
+        ("/api/dlq/nope", 404),
+        ("/nothing/here", 404),
+        ("/api/dlq/orders.dlq?max=abc", 400),
+        ("/api/dlq/orders.dlq?from=-1", 400),
+        ("/api/dlq/orders.dlq?max=1000000", 400),
+    ] {
+        let (got, body) = served.ask("GET", path);
+        assert_eq!(got, status, "{path}: {body}");
+        let error: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
+        assert!(error["error"].is_string(), "{path}: {body}");
+    }
+    for (method, path) in [
+        ("POST", "/api/topics"),
+        ("PUT", "/api/topics/orders"),
+        ("DELETE", "/api/topics/orders/groups/workers"),
+        ("POST", "/api/dlq/orders.dlq"),
+    ] {
+        let (got, body) = served.ask(method, path);
+        assert_eq!(got, 405, "{method} {path}: {body}");
+    }
+}
+
+/// Through a running application: the lag on the server moves as the application
+/// publishes, without restarting anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_owners_figures_move_on_the_server() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path().to_owned();
+    let mq = spool::Spool::open(&format!("Data Source={}", d.display())).expect("open");
+    let mut c = mq
+        .consumer("jobs", "w")
+        .manual_ack()
+        .build()
+        .expect("consumer");
+    mq.publish("jobs", b"a".to_vec(), &spool::Headers::new())
+        .await
+        .expect("publish");
+    c.recv().await.expect("recv").ack().await.expect("ack");
+    let served = {
+        let d = d.clone();
+        tokio::task::spawn_blocking(move || Served::start(&d, &[]))
+            .await
+            .expect("join")
+    };
+    let lag = |served: Served| {
+        tokio::task::spawn_blocking(move || {
+            let g = served.json("/api/topics/jobs/groups/w");
+            (g["lag"].as_u64(), served)
+        })
+    };
+    let (before, served) = lag(served).await.expect("join");
+    assert_eq!(before, Some(0));
+    for _ in 0..3 {
+        mq.publish("jobs", b"b".to_vec(), &spool::Headers::new())
+            .await
+            .expect("publish");
+    }
+    let (after, served) = lag(served).await.expect("join");
+    assert_eq!(
+        after,
+        Some(3),
+        "the owner's state, through its admin endpoint"
+    );
+    let code = tokio::task::spawn_blocking(move || served.stop()).await;
+    assert_eq!(code.expect("join"), 0);
+    drop(c);
+    mq.close().await.expect("close");
+}
+
+#[test]
+fn a_non_loopback_address_needs_allow_remote() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    prepare(dir.path());
+    let run = spool(dir.path(), &["serve", "--listen", "0.0.0.0:0"]);
+    expect_code(&run, 1);
+    assert!(run.stderr.contains("--allow-remote"), "{}", run.stderr);
+    let run = spool(dir.path(), &["serve", "--listen", "not-an-address"]);
+    expect_code(&run, 2);
+}
