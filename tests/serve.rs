@@ -249,3 +249,139 @@ fn a_non_loopback_address_needs_allow_remote() {
     let run = spool(dir.path(), &["serve", "--listen", "not-an-address"]);
     expect_code(&run, 2);
 }
+
+/// `POST path` with a JSON `body` and `headers`: `(status, body)`.
+fn post(served: &Served, path: &str, headers: &[(&str, &str)], body: &str) -> (u16, String) {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(30)))
+        .build()
+        .into();
+    let mut r = agent.post(format!("{}{path}", served.base));
+    for (k, v) in headers {
+        r = r.header(*k, *v);
+    }
+    let mut answer = r
+        .content_type("application/json")
+        .send(body)
+        .unwrap_or_else(|e| panic!("POST {path}: {e}"));
+    let status = answer.status().as_u16();
+    (status, answer.body_mut().read_to_string().expect("body"))
+}
+
+/// The session token the page carries, if it carries one.
+fn page_token(served: &Served) -> Option<String> {
+    let (_, page) = served.ask("GET", "/");
+    let at = page.find("name=\"spool-token\" content=\"")?;
+    let rest = &page[at + "name=\"spool-token\" content=\"".len()..];
+    Some(rest[..rest.find('"')?].to_owned())
+}
+
+/// Changes from the page: refused without `--allow-writes`, without the token, or from
+/// another origin (403, nothing changed); with all three, a dry run changes nothing and
+/// an execute does what the command line's would.
+#[test]
+fn changes_need_allow_writes_the_token_and_the_same_origin() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    prepare(d);
+    let before = fingerprint(d);
+    let reset = r#"{"topic":"orders","group":"workers","to_earliest":true,"execute":true}"#;
+    let replay = r#"{"to":"orders.retry","execute":true}"#;
+
+    let read_only = Served::start(d, &[]);
+    assert_eq!(page_token(&read_only), None);
+    for (path, body) in [
+        ("/api/reset", reset),
+        ("/api/dlq/orders.dlq/replay", replay),
+    ] {
+        let (status, answer) = post(&read_only, path, &[("x-spool-token", "guess")], body);
+        assert_eq!(status, 403, "{path}: {answer}");
+    }
+    assert_eq!(read_only.stop(), 0);
+    assert_eq!(
+        fingerprint(d),
+        before,
+        "a read-only server changed something"
+    );
+
+    let served = Served::start(d, &["--allow-writes"]);
+    let token = page_token(&served).expect("the page carries a token");
+    let own = served.base.clone();
+    let (good, evil) = (
+        [("x-spool-token", token.as_str()), ("origin", own.as_str())],
+        [
+            ("x-spool-token", token.as_str()),
+            ("origin", "http://evil.example"),
+        ],
+    );
+    for (headers, why) in [
+        (&[][..], "no token"),
+        (&[("x-spool-token", "0123")][..], "a wrong token"),
+        (&evil[..], "another origin"),
+        (
+            &[
+                ("x-spool-token", token.as_str()),
+                ("sec-fetch-site", "cross-site"),
+            ][..],
+            "cross-site",
+        ),
+    ] {
+        let (status, answer) = post(&served, "/api/reset", headers, reset);
+        assert_eq!(status, 403, "{why}: {answer}");
+    }
+    // Bad bodies are 400s, unknown names 404s.
+    for (path, body, status) in [
+        ("/api/reset", r#"{"topic":"orders","group":"workers"}"#, 400),
+        (
+            "/api/reset",
+            r#"{"topic":"orders","group":"workers","to_datetime":"soon"}"#,
+            400,
+        ),
+        ("/api/reset", "not json", 400),
+        (
+            "/api/reset",
+            r#"{"topic":"orders","group":"nobody","to_latest":true}"#,
+            404,
+        ),
+        ("/api/dlq/orders.dlq/replay", r#"{"to":"a/b"}"#, 400),
+        ("/api/dlq/orders.dlq/replay", r#"{"to":"orders.dlq"}"#, 400),
+        ("/api/dlq/nope/replay", r#"{"to":"x"}"#, 404),
+    ] {
+        let (got, answer) = post(&served, path, &good, body);
+        assert_eq!(got, status, "{path} {body}: {answer}");
+    }
+
+    // The dry runs first: they say what would happen and change nothing.
+    let dry = reset.replace("\"execute\":true", "\"execute\":false");
+    let (status, answer) = post(&served, "/api/reset", &good, &dry);
+    assert_eq!(status, 200, "{answer}");
+    let row: Value = serde_json::from_str(&answer).expect("json");
+    assert_eq!(row[0]["old"], 3);
+    assert_eq!(
+        (row[0]["new"].as_u64(), row[0]["executed"].as_bool()),
+        (Some(0), Some(false))
+    );
+    let dry = replay.replace("\"execute\":true", "\"execute\":false");
+    let (status, answer) = post(&served, "/api/dlq/orders.dlq/replay", &good, &dry);
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&answer).expect("json")["replayed"],
+        2
+    );
+    assert_eq!(served.stop(), 0);
+    assert_eq!(fingerprint(d), before, "a dry run changed something");
+
+    // Then the changes.
+    let served = Served::start(d, &["--allow-writes"]);
+    let token = page_token(&served).expect("token");
+    let good = [("x-spool-token", token.as_str())];
+    let (status, answer) = post(&served, "/api/reset", &good, reset);
+    assert_eq!(status, 200, "{answer}");
+    let (status, answer) = post(&served, "/api/dlq/orders.dlq/replay", &good, replay);
+    assert_eq!(status, 200, "{answer}");
+    let cursor = served.json("/api/topics/orders/groups/workers")["cursor"].as_u64();
+    assert_eq!(cursor, Some(0));
+    assert_eq!(served.json("/api/topics/orders.retry")["messages"], 2);
+    assert_eq!(served.stop(), 0);
+}

@@ -92,7 +92,7 @@ pub enum Command {
         execute: bool,
     },
     /// The dashboard: topics, groups (with lag over time) and dead letters in a browser,
-    /// and `/metrics` for Prometheus. Read-only. Serves until Ctrl-C.
+    /// and `/metrics` for Prometheus. Read-only unless --allow-writes. Serves until Ctrl-C.
     Serve {
         /// Address to listen on (port 0: one the system picks; the first line printed
         /// says which).
@@ -102,6 +102,10 @@ pub enum Command {
         /// reaches it).
         #[arg(long)]
         allow_remote: bool,
+        /// Allow resets and dead-letter replays from the page (each guarded by a
+        /// session token and a same-origin check).
+        #[arg(long)]
+        allow_writes: bool,
     },
 }
 

@@ -11,7 +11,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
-use serde_json::json;
 use spool::consts::{
     MESSAGE_ID_HEADER, X_CONSUMER_GROUP, X_DEAD_LETTER_REASON, X_DELIVERY_ATTEMPTS,
 };
@@ -249,6 +248,45 @@ async fn replay(
     execute: bool,
     dedup_window: usize,
 ) -> Result<(), Failure> {
+    let r = replayed(b, dlq, to, select, execute, dedup_window).await?;
+    if out == Output::Json {
+        return print_json(&r);
+    }
+    let mut t = table(&["dlq", "to", "replayed", "duplicates", "executed"]);
+    let executed = if execute {
+        "yes"
+    } else {
+        "no (dry run: add --execute)"
+    };
+    t.add_row(vec![
+        dlq.to_owned(),
+        to.to_owned(),
+        r.replayed.to_string(),
+        r.duplicates.to_string(),
+        executed.to_owned(),
+    ]);
+    print_table(&t)
+}
+
+/// What a replay did (or, without `execute`, would do), as `dlq replay --output json`
+/// and `spool serve`'s `POST /api/dlq/{dlq}/replay` give it.
+#[derive(Serialize)]
+pub struct Replayed {
+    to: String,
+    replayed: u64,
+    duplicates: u64,
+    executed: bool,
+}
+
+/// Replays what `select` picks of `dlq` into `to` (see the module's rules).
+pub async fn replayed(
+    b: &Backend,
+    dlq: &str,
+    to: &str,
+    select: Select,
+    execute: bool,
+    dedup_window: usize,
+) -> Result<Replayed, Failure> {
     if to == dlq {
         return Err(Failure::failed(format!(
             "--to {to} is the dead-letter topic itself: name the topic to replay into"
@@ -296,25 +334,12 @@ async fn replay(
     }
     bar.finish_and_clear();
     tracing::info!(dlq, to, replayed, duplicates, execute, "dead-letter replay");
-    let result =
-        json!({ "to": to, "replayed": replayed, "duplicates": duplicates, "executed": execute });
-    if out == Output::Json {
-        return print_json(&result);
-    }
-    let mut t = table(&["dlq", "to", "replayed", "duplicates", "executed"]);
-    let executed = if execute {
-        "yes"
-    } else {
-        "no (dry run: add --execute)"
-    };
-    t.add_row(vec![
-        dlq.to_owned(),
-        to.to_owned(),
-        replayed.to_string(),
-        duplicates.to_string(),
-        executed.to_owned(),
-    ]);
-    print_table(&t)
+    Ok(Replayed {
+        to: to.to_owned(),
+        replayed,
+        duplicates,
+        executed: execute,
+    })
 }
 
 /// The replay ids (`replay:..`) among the last `window` message ids of `topic`: what its

@@ -86,10 +86,15 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     if let Command::Serve {
         listen,
         allow_remote,
+        allow_writes,
     } = cli.command
     {
-        let suffix = target.options.dead_letter_suffix.clone();
-        return serve::run(backend, suffix, listen, allow_remote).await;
+        let a = serve::ServeArgs {
+            listen,
+            allow_remote,
+            allow_writes,
+        };
+        return serve::run(backend, &target.options, a).await;
     }
     let out = cli.output;
     let result = dispatch(&backend, out, cli.command, &target.options).await;

@@ -13,8 +13,9 @@ use crate::backend::Backend;
 use crate::failure::Failure;
 use crate::output::{print_json, print_table, table};
 
+/// A reset's answer, as `reset --output json` and `spool serve`'s `POST /api/reset` give it.
 #[derive(Serialize)]
-struct ResetRow {
+pub struct ResetRow {
     topic: String,
     group: String,
     old: u64,
@@ -58,6 +59,28 @@ fn target(a: &ResetArgs) -> Result<Target, Failure> {
 
 /// `spool reset --topic T --group G <TARGET> [--execute]`.
 pub async fn run(b: &Backend, out: Output, a: ResetArgs) -> Result<(), Failure> {
+    let row = reset(b, a).await?;
+    if out == Output::Json {
+        return print_json(&[row]);
+    }
+    let mut t = table(&["topic", "group", "old", "new", "executed"]);
+    t.add_row(vec![
+        row.topic.clone(),
+        row.group.clone(),
+        row.old.to_string(),
+        row.new.to_string(),
+        if row.executed {
+            "yes"
+        } else {
+            "no (dry run: add --execute)"
+        }
+        .to_owned(),
+    ]);
+    print_table(&t)
+}
+
+/// The reset `a` asks for: made with `--execute`, else only computed.
+pub async fn reset(b: &Backend, a: ResetArgs) -> Result<ResetRow, Failure> {
     let target = target(&a)?;
     let topic = b.topic_info(&a.topic).await?;
     let group = b.group_info(&a.topic, &a.group).await?;
@@ -86,30 +109,13 @@ pub async fn run(b: &Backend, out: Output, a: ResetArgs) -> Result<(), Failure> 
             }
         }
     };
-    let row = ResetRow {
+    Ok(ResetRow {
         topic: a.topic,
         group: a.group,
         old: group.cursor,
         new,
         executed: a.execute,
-    };
-    if out == Output::Json {
-        return print_json(&[row]);
-    }
-    let mut t = table(&["topic", "group", "old", "new", "executed"]);
-    t.add_row(vec![
-        row.topic.clone(),
-        row.group.clone(),
-        row.old.to_string(),
-        row.new.to_string(),
-        if row.executed {
-            "yes"
-        } else {
-            "no (dry run: add --execute)"
-        }
-        .to_owned(),
-    ]);
-    print_table(&t)
+    })
 }
 
 /// The first offset in `[lo, hi)` whose record's timestamp is at or after `t` (`hi` if

@@ -24,6 +24,12 @@ const DLQ_PAGE_MAX: u64 = 1000;
 /// What a route answers when it cannot: a status and `{error}`.
 pub struct ApiError(StatusCode, String);
 
+impl ApiError {
+    pub fn new(status: StatusCode, what: String) -> ApiError {
+        ApiError(status, what)
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         (self.0, Json(json!({ "error": self.1 }))).into_response()
@@ -48,10 +54,19 @@ pub async fn not_found() -> ApiError {
 }
 
 /// `topic`, if it exists (a name that is not a topic name is not found either).
-async fn existing_topic(app: &App, topic: &str) -> Result<(), ApiError> {
+pub async fn existing_topic(app: &App, topic: &str) -> Result<(), ApiError> {
     match app.backend.topics().await?.iter().any(|t| t == topic) {
         true => Ok(()),
         false => Err(not_found_named("topic", topic)),
+    }
+}
+
+/// `group` of `topic`, if it has state.
+pub async fn existing_group(app: &App, topic: &str, group: &str) -> Result<(), ApiError> {
+    existing_topic(app, topic).await?;
+    match app.backend.groups(topic).await?.iter().any(|g| g == group) {
+        true => Ok(()),
+        false => Err(not_found_named("group", group)),
     }
 }
 
@@ -138,10 +153,7 @@ pub async fn group(
     State(app): State<Arc<App>>,
     Path((topic, group)): Path<(String, String)>,
 ) -> ApiResult<GroupFigures> {
-    existing_topic(&app, &topic).await?;
-    if !app.backend.groups(&topic).await?.contains(&group) {
-        return Err(not_found_named("group", &group));
-    }
+    existing_group(&app, &topic, &group).await?;
     let i = app.backend.group_info(&topic, &group).await?;
     Ok(Json(figures(&topic, group, &i)))
 }

@@ -3,22 +3,24 @@
 //!
 //! - Works through a live owner's admin endpoint, or on a directory no one holds (which
 //!   it then holds until it stops).
-//! - Read-only: no route changes anything.
+//! - Read-only unless `--allow-writes`: then a reset (dry run first) and a dead-letter
+//!   replay can be made from the page, guarded against other sites (`writes.rs`).
 //! - Loopback only unless `--allow-remote`, which prints a warning.
 //!
 //! Files, by role: `mod.rs` (listen, routes, stop on Ctrl-C), `api.rs` (the JSON under
-//! `/api/`, with CLI.md's field names), `prometheus.rs` (`/metrics`), `page.rs` (the
-//! page and its assets).
+//! `/api/`, with CLI.md's field names), `writes.rs` (the guarded changes),
+//! `prometheus.rs` (`/metrics`), `page.rs` (the page and its assets).
 
 mod api;
 mod page;
 mod prometheus;
+mod writes;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::routing::get;
+use axum::routing::{get, post};
 
 use crate::backend::Backend;
 use crate::failure::Failure;
@@ -28,6 +30,17 @@ pub struct App {
     pub backend: Backend,
     /// The dead-letter suffix (`Dead Letter Suffix` of the connection string).
     pub suffix: String,
+    /// `Dedup Window` of the connection string (a replay's dry run reads that far back).
+    pub dedup_window: usize,
+    /// The session token, with `--allow-writes`; `None`: read-only.
+    pub token: Option<String>,
+}
+
+/// What `spool serve`'s flags ask for.
+pub struct ServeArgs {
+    pub listen: SocketAddr,
+    pub allow_remote: bool,
+    pub allow_writes: bool,
 }
 
 /// The routes, over `app`.
@@ -44,19 +57,17 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/api/topics/{topic}/groups/{group}", get(api::group))
         .route("/api/dlq", get(api::dlq_list))
         .route("/api/dlq/{topic}", get(api::dlq_records))
+        .route("/api/reset", post(writes::reset))
+        .route("/api/dlq/{topic}/replay", post(writes::replay))
         .fallback(api::not_found)
         .with_state(app)
 }
 
-/// `spool serve [--listen ADDR] [--allow-remote]`: serves until Ctrl-C.
-pub async fn run(
-    backend: Backend,
-    suffix: String,
-    listen: SocketAddr,
-    allow_remote: bool,
-) -> Result<(), Failure> {
+/// `spool serve [--listen ADDR] [--allow-remote] [--allow-writes]`: serves until Ctrl-C.
+pub async fn run(backend: Backend, opts: &spool::Options, a: ServeArgs) -> Result<(), Failure> {
+    let listen = a.listen;
     if !listen.ip().is_loopback() {
-        if !allow_remote {
+        if !a.allow_remote {
             return Err(Failure::failed(format!(
                 "{listen} is not a loopback address: the dashboard shows every message's \
                  payload to whoever reaches it; add --allow-remote to serve it there anyway"
@@ -64,24 +75,36 @@ pub async fn run(
         }
         eprintln!("spool: warning: serving on {listen}, reachable from other machines");
     }
+    let token = match a.allow_writes {
+        true => Some(writes::new_token()?),
+        false => None,
+    };
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|e| Failure::failed(format!("cannot listen on {listen}: {e}")))?;
     let bound = listener
         .local_addr()
         .map_err(|e| Failure::failed(format!("cannot read the bound address: {e}")))?;
+    let mode = match a.allow_writes {
+        true => "resets and replays allowed from the page",
+        false => "read-only",
+    };
     // The first line on stdout is the address (with port 0, the one the system chose).
-    println!("spool serve: http://{bound}/ (read-only; Ctrl-C stops)");
-    let app = Arc::new(App { backend, suffix });
+    println!("spool serve: http://{bound}/ ({mode}; Ctrl-C stops)");
+    let app = Arc::new(App {
+        backend,
+        suffix: opts.dead_letter_suffix.clone(),
+        dedup_window: opts.dedup_window,
+        token,
+    });
     let stop = async {
         let _ = tokio::signal::ctrl_c().await;
     };
     let served = axum::serve(listener, router(app.clone()))
         .with_graceful_shutdown(stop)
         .await;
-    let closed = Arc::into_inner(app).map(|a| a.backend);
-    if let Some(b) = closed {
-        b.close().await?;
+    if let Some(a) = Arc::into_inner(app) {
+        a.backend.close().await?;
     }
     served.map_err(|e| Failure::failed(format!("serving failed: {e}")))
 }

@@ -156,7 +156,75 @@ async function showDlq(event) {
   if (!body.firstChild) body.appendChild(el("tr")).appendChild(el("td", { colspan: 7, class: "empty" }, "no dead letters match"));
 }
 
+// ---- changes (only with --allow-writes: the page then carries a session token) ----
+
+const tokenMeta = document.querySelector('meta[name="spool-token"]');
+
+async function change(path, body) {
+  const r = await fetch(path, {
+    method: "POST",
+    headers: { "content-type": "application/json", "x-spool-token": tokenMeta.content },
+    body: JSON.stringify(body),
+  });
+  const answer = await r.json();
+  if (!r.ok) throw new Error(answer.error);
+  return answer;
+}
+
+function resetBody(execute) {
+  const [topic, group] = document.getElementById("reset-group").value.split("\u0000");
+  const kind = document.getElementById("reset-kind").value;
+  const raw = document.getElementById("reset-value").value;
+  const body = { topic, group, execute };
+  if (kind === "to_earliest" || kind === "to_latest") body[kind] = true;
+  else if (kind === "to_offset" || kind === "shift_by") body[kind] = Number(raw);
+  else body[kind] = raw;
+  return body;
+}
+
+async function runChange(button, result, path, body, describe) {
+  const out = document.getElementById(result);
+  try {
+    const answer = await change(path, body);
+    out.textContent = describe(answer);
+    out.className = "result";
+    document.getElementById(button).disabled = body.execute;
+  } catch (e) {
+    out.textContent = e.message;
+    out.className = "result error";
+  }
+}
+
+function resetRun(execute) {
+  const said = (a) => `${a[0].topic}/${a[0].group}: ${a[0].old} → ${a[0].new} ${a[0].executed ? "(done)" : "(dry run)"}`;
+  runChange("reset-execute", "reset-result", "/api/reset", resetBody(execute), said);
+}
+
+function replayRun(execute) {
+  const dlq = document.getElementById("dlq-topic").value;
+  const body = { to: document.getElementById("replay-to").value, execute };
+  const reason = document.getElementById("dlq-reason").value;
+  if (reason) body.reason = reason;
+  const said = (a) => `${a.replayed} copied to ${a.to}, ${a.duplicates} already there ${a.executed ? "(done)" : "(dry run)"}`;
+  runChange("replay-execute", "replay-result", `/api/dlq/${encodeURIComponent(dlq)}/replay`, body, said);
+}
+
+async function setUpWrites() {
+  if (!tokenMeta) return;
+  document.getElementById("writes").hidden = false;
+  const r = await fetch("/api/overview", { cache: "no-store" });
+  const o = await r.json();
+  document.getElementById("reset-group").replaceChildren(
+    ...o.groups.map((g) => el("option", { value: `${g.topic}\u0000${g.group}` }, `${g.topic} / ${g.group}`)),
+  );
+  document.getElementById("reset-form").addEventListener("submit", (e) => { e.preventDefault(); resetRun(false); });
+  document.getElementById("reset-execute").addEventListener("click", () => resetRun(true));
+  document.getElementById("replay-form").addEventListener("submit", (e) => { e.preventDefault(); replayRun(false); });
+  document.getElementById("replay-execute").addEventListener("click", () => replayRun(true));
+}
+
 document.getElementById("dlq-form").addEventListener("submit", showDlq);
+setUpWrites();
 document.getElementById("dlq-hex").addEventListener("change", () => showDlq());
 poll();
 loadDlqTopics();
