@@ -1,12 +1,14 @@
 //! Rings a consumer's wake-up at a set time: a consumer parks while a record of its group
 //! waits out a delay, or a delivery's ack deadline runs, and must look again then even if
 //! nothing is published. A std thread (so `recv` needs no runtime timer), one per
-//! process, started by the first wait with a time.
+//! process, started by the first wait with a time (if it cannot start, rings are made
+//! at once, and starting is tried again at the next).
 //! **Invariant:** every ring asked for happens at or after its time; a consumer gone by
 //! then is skipped (the timer holds only a weak reference).
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
 use std::time::Instant;
 
@@ -45,18 +47,41 @@ pub(crate) fn ring_at(at: Instant, wakeup: &Arc<Wakeup>) {
     s.due.push(Reverse((at, key)));
     drop(s);
     timers.changed.notify_one();
+    if !started(timers) {
+        // No thread to ring later: ring now. The consumer looks, parks again and asks
+        // again (busy, but never asleep past its time), and the next ask retries the
+        // thread.
+        wakeup.wake_all();
+    }
 }
 
 fn timers() -> &'static Timers {
     static TIMERS: OnceLock<&'static Timers> = OnceLock::new();
-    TIMERS.get_or_init(|| {
-        let t: &'static Timers = Box::leak(Box::default());
-        std::thread::Builder::new()
+    TIMERS.get_or_init(|| Box::leak(Box::default()))
+}
+
+/// Whether the timer thread runs, starting it if not. Starting can fail when the process
+/// is out of threads or memory: that is logged, and tried again at the next ring.
+fn started(t: &'static Timers) -> bool {
+    static RUNNING: AtomicBool = AtomicBool::new(false);
+    static STARTED: Mutex<bool> = Mutex::new(false);
+    if RUNNING.load(Ordering::Acquire) {
+        return true;
+    }
+    let mut started = STARTED.lock().unwrap_or_else(|e| e.into_inner());
+    if !*started {
+        match std::thread::Builder::new()
             .name("spool-timer".into())
             .spawn(move || run(t))
-            .expect("spawning the spool-timer thread");
-        t
-    })
+        {
+            Ok(_) => {
+                *started = true;
+                RUNNING.store(true, Ordering::Release);
+            }
+            Err(e) => tracing::error!(error = %e, "cannot start the spool-timer thread"),
+        }
+    }
+    *started
 }
 
 fn run(t: &'static Timers) {
