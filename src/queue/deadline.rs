@@ -80,6 +80,10 @@ impl Engine {
     /// nothing rings: the earliest time a waiting record comes due or a deadline passes.
     pub fn wake_at(&self, r: &GroupRef) -> Option<Instant> {
         let g = r.group.lock();
+        // The common case, a group with nothing delayed or timed: no clock read.
+        if g.delayed.is_empty() && g.deadlines.is_empty() {
+            return None;
+        }
         let (due_ms, deadline) = g.next_due(wall_ms());
         let due = due_ms.map(|ms| {
             let due = UNIX_EPOCH + Duration::from_millis(ms);
