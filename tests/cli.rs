@@ -506,3 +506,15 @@ fn a_bad_line_on_stdin_publishes_nothing_however_many_came_before() {
     assert!(run.stderr.contains("Max Message Bytes"), "{}", run.stderr);
     assert_eq!(fingerprint(d), before, "part of the lines went in");
 }
+
+/// An empty stdin publishes nothing and makes no topic.
+#[test]
+fn an_empty_stdin_publishes_nothing_and_makes_no_topic() {
+    let dir = prepared();
+    let d = dir.path();
+    let before = fingerprint(d);
+    let run = spool_stdin(d, &["--output", "json", "publish", "fresh"], "");
+    expect_code(&run, 0);
+    assert_eq!(run.json()["offsets"], serde_json::json!([]));
+    assert_eq!(fingerprint(d), before, "a topic was made");
+}

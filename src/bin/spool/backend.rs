@@ -114,11 +114,14 @@ impl Backend {
         }
     }
 
-    /// `messages` cut into as few [`Backend::publish_batch`]es as the way in allows: one
-    /// (all or nothing) when the directory is opened here; through the owner, batches of
+    /// `messages` cut into as few [`Backend::publish_batch`]es as the way in allows: none
+    /// for none (so no topic is made), one (all or nothing) when the directory is opened here; through the owner, batches of
     /// what one request carries (half a frame's bytes, and the endpoint's bound on
     /// messages and headers), in order.
     pub fn batches(&self, messages: Vec<(Vec<u8>, Headers)>) -> Vec<Vec<(Vec<u8>, Headers)>> {
+        if messages.is_empty() {
+            return Vec::new();
+        }
         if let Backend::Offline(_) = self {
             return vec![messages];
         }

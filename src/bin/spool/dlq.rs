@@ -324,7 +324,9 @@ pub async fn replayed(
             let first = batch[0].1.get(X_REPLAYED_FROM).cloned().unwrap_or_default();
             let offsets = b.publish_batch(to, batch).await.map_err(|f| {
                 f.after(format!(
-                    "the replay stopped at {first}, after {replayed} copies appended and                      {duplicates} found already there; run it again to finish (the copies                      made are known by their message ids while {to}'s Dedup Window holds them)"
+                    "the replay stopped at {first}, after {replayed} copies appended and \
+                     {duplicates} found already there; run it again to finish (the copies \
+                     made are known by their message ids while {to}'s Dedup Window holds them)"
                 ))
             })?;
             let dup = offsets.iter().filter(|&&o| o < end_before).count() as u64;

@@ -148,7 +148,8 @@ pub async fn publish(b: &Backend, out: Output, a: PublishArgs) -> Result<(), Fai
             Err(f) if !offsets.is_empty() => {
                 let (first, last) = (offsets[0], offsets[offsets.len() - 1]);
                 return Err(f.after(format!(
-                    "{} of {total} lines were published (offsets {first}..={last}), the rest not",
+                    "the first {} of {total} lines were published (first offset {first}, \
+                     last {last}), the rest not",
                     offsets.len()
                 )));
             }
