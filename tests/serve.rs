@@ -13,10 +13,12 @@ use std::time::Duration;
 use common_cli::{expect_code, fingerprint, prepare, spool};
 use serde_json::Value;
 
-/// A running `spool serve` and the address it printed.
+/// A running `spool serve`, the address it printed, and (with `--allow-writes`) the
+/// token of the link it printed.
 struct Served {
     child: Child,
     base: String,
+    token: Option<String>,
 }
 
 impl Served {
@@ -37,13 +39,15 @@ impl Served {
         BufReader::new(out)
             .read_line(&mut line)
             .expect("first line");
-        let base = line
+        let link = line
             .split_whitespace()
             .find(|w| w.starts_with("http://"))
-            .unwrap_or_else(|| panic!("no address in {line:?}"))
-            .trim_end_matches('/')
-            .to_owned();
-        Served { child, base }
+            .unwrap_or_else(|| panic!("no address in {line:?}"));
+        let (base, token) = match link.split_once("/?token=") {
+            Some((base, token)) => (base.to_owned(), Some(token.to_owned())),
+            None => (link.trim_end_matches('/').to_owned(), None),
+        };
+        Served { child, base, token }
     }
 
     /// `(status, body)` of a request with `method` to `path`.
@@ -130,6 +134,14 @@ fn the_api_and_metrics_say_what_the_library_says_and_change_nothing() {
     assert_eq!(shown[0]["headers"]["x-dead-letter-reason"], "upstream 503");
     assert_eq!(shown[0]["payload"], "m2");
 
+    prometheus_and_the_page(&served);
+    bad_requests_are_answered_and_change_nothing(&served);
+    assert_eq!(served.stop(), 0, "Ctrl-C stops it cleanly");
+    assert_eq!(fingerprint(d), before, "serving changed something");
+}
+
+/// `/metrics` holds the figures the JSON does; the page and its assets are in the binary.
+fn prometheus_and_the_page(served: &Served) {
     // Prometheus.
     let (status, text) = served.ask("GET", "/metrics");
     assert_eq!(status, 200);
@@ -156,10 +168,6 @@ fn the_api_and_metrics_say_what_the_library_says_and_change_nothing() {
     assert!(page.contains("<script src=\"/app.js\">"), "{page}");
     assert_eq!(served.ask("GET", "/app.js").0, 200);
     assert_eq!(served.ask("GET", "/style.css").0, 200);
-
-    bad_requests_are_answered_and_change_nothing(&served);
-    assert_eq!(served.stop(), 0, "Ctrl-C stops it cleanly");
-    assert_eq!(fingerprint(d), before, "serving changed something");
 }
 
 /// 404 for unknown names and paths, 400 for malformed parameters, 405 for every request
@@ -250,14 +258,18 @@ fn a_non_loopback_address_needs_allow_remote() {
     expect_code(&run, 2);
 }
 
-/// `POST path` with a JSON `body` and `headers`: `(status, body)`.
-fn post(served: &Served, path: &str, headers: &[(&str, &str)], body: &str) -> (u16, String) {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
         .http_status_as_error(false)
+        .max_redirects(0)
         .timeout_global(Some(Duration::from_secs(30)))
         .build()
-        .into();
-    let mut r = agent.post(format!("{}{path}", served.base));
+        .into()
+}
+
+/// `POST path` with a JSON `body` and `headers`: `(status, body)`.
+fn post(served: &Served, path: &str, headers: &[(&str, &str)], body: &str) -> (u16, String) {
+    let mut r = agent().post(format!("{}{path}", served.base));
     for (k, v) in headers {
         r = r.header(*k, *v);
     }
@@ -269,19 +281,28 @@ fn post(served: &Served, path: &str, headers: &[(&str, &str)], body: &str) -> (u
     (status, answer.body_mut().read_to_string().expect("body"))
 }
 
-/// The session token the page carries, if it carries one.
-fn page_token(served: &Served) -> Option<String> {
-    let (_, page) = served.ask("GET", "/");
-    let at = page.find("name=\"spool-token\" content=\"")?;
-    let rest = &page[at + "name=\"spool-token\" content=\"".len()..];
-    Some(rest[..rest.find('"')?].to_owned())
+/// Opens the printed link as a browser would: the session cookie it sets (`k=v`).
+fn open_link(served: &Served, token: &str) -> Option<String> {
+    let r = agent()
+        .get(format!("{}/?token={token}", served.base))
+        .call()
+        .expect("GET the link");
+    if r.status().as_u16() != 303 {
+        return None;
+    }
+    let cookie = r.headers().get("set-cookie")?.to_str().ok()?;
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
+    Some(cookie.split(';').next()?.to_owned())
 }
 
-/// Changes from the page: refused without `--allow-writes`, without the token, or from
-/// another origin (403, nothing changed); with all three, a dry run changes nothing and
-/// an execute does what the command line's would.
+/// Changes from the page: refused without `--allow-writes`, without the session of the
+/// printed link, from another origin, or through another host name (403, nothing
+/// changed); bad bodies are 400s and unknown names 404s.
 #[test]
-fn changes_need_allow_writes_the_token_and_the_same_origin() {
+fn changes_need_allow_writes_the_session_and_the_same_origin() {
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path();
     prepare(d);
@@ -290,47 +311,53 @@ fn changes_need_allow_writes_the_token_and_the_same_origin() {
     let replay = r#"{"to":"orders.retry","execute":true}"#;
 
     let read_only = Served::start(d, &[]);
-    assert_eq!(page_token(&read_only), None);
+    assert_eq!(read_only.token, None);
     for (path, body) in [
         ("/api/reset", reset),
         ("/api/dlq/orders.dlq/replay", replay),
     ] {
-        let (status, answer) = post(&read_only, path, &[("x-spool-token", "guess")], body);
+        let (status, answer) = post(&read_only, path, &[("cookie", "spool-session=x")], body);
         assert_eq!(status, 403, "{path}: {answer}");
     }
     assert_eq!(read_only.stop(), 0);
-    assert_eq!(
-        fingerprint(d),
-        before,
-        "a read-only server changed something"
-    );
 
     let served = Served::start(d, &["--allow-writes"]);
-    let token = page_token(&served).expect("the page carries a token");
-    let own = served.base.clone();
-    let (good, evil) = (
-        [("x-spool-token", token.as_str()), ("origin", own.as_str())],
-        [
-            ("x-spool-token", token.as_str()),
-            ("origin", "http://evil.example"),
-        ],
+    let token = served.token.clone().expect("a link with a token");
+    assert_eq!(
+        open_link(&served, "0123"),
+        None,
+        "a wrong link opens no session"
     );
+    let cookie = open_link(&served, &token).expect("the link opens a session");
+    let own = served.base.clone();
+    let port = own.rsplit(':').next().expect("port").to_owned();
+    let evil_host = format!("evil.example:{port}");
     for (headers, why) in [
-        (&[][..], "no token"),
-        (&[("x-spool-token", "0123")][..], "a wrong token"),
-        (&evil[..], "another origin"),
+        (vec![], "no session"),
+        (vec![("cookie", "spool-session=0123")], "a wrong session"),
         (
-            &[
-                ("x-spool-token", token.as_str()),
+            vec![
+                ("cookie", cookie.as_str()),
+                ("origin", "http://evil.example"),
+            ],
+            "another origin",
+        ),
+        (
+            vec![
+                ("cookie", cookie.as_str()),
                 ("sec-fetch-site", "cross-site"),
-            ][..],
+            ],
             "cross-site",
         ),
+        (
+            vec![("cookie", cookie.as_str()), ("host", evil_host.as_str())],
+            "DNS rebinding",
+        ),
     ] {
-        let (status, answer) = post(&served, "/api/reset", headers, reset);
+        let (status, answer) = post(&served, "/api/reset", &headers, reset);
         assert_eq!(status, 403, "{why}: {answer}");
     }
-    // Bad bodies are 400s, unknown names 404s.
+    let good = [("cookie", cookie.as_str()), ("origin", own.as_str())];
     for (path, body, status) in [
         ("/api/reset", r#"{"topic":"orders","group":"workers"}"#, 400),
         (
@@ -346,42 +373,119 @@ fn changes_need_allow_writes_the_token_and_the_same_origin() {
         ),
         ("/api/dlq/orders.dlq/replay", r#"{"to":"a/b"}"#, 400),
         ("/api/dlq/orders.dlq/replay", r#"{"to":"orders.dlq"}"#, 400),
-        ("/api/dlq/nope/replay", r#"{"to":"x"}"#, 404),
+        ("/api/dlq/orders/replay", r#"{"to":"x"}"#, 404),
     ] {
         let (got, answer) = post(&served, path, &good, body);
         assert_eq!(got, status, "{path} {body}: {answer}");
     }
+    assert_eq!(served.stop(), 0);
+    assert_eq!(fingerprint(d), before, "a refused change changed something");
+}
 
-    // The dry runs first: they say what would happen and change nothing.
-    let dry = reset.replace("\"execute\":true", "\"execute\":false");
-    let (status, answer) = post(&served, "/api/reset", &good, &dry);
+/// With the session, a dry run changes nothing and an execute does what the command
+/// line's would.
+#[test]
+fn a_change_from_the_page_is_a_dry_run_until_executed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    prepare(d);
+    let served = Served::start(d, &["--allow-writes"]);
+    let token = served.token.clone().expect("token");
+    let cookie = open_link(&served, &token).expect("session");
+    let good = [("cookie", cookie.as_str())];
+    let reset = r#"{"topic":"orders","group":"workers","to_earliest":true,"execute":false}"#;
+    let (status, answer) = post(&served, "/api/reset", &good, reset);
     assert_eq!(status, 200, "{answer}");
     let row: Value = serde_json::from_str(&answer).expect("json");
-    assert_eq!(row[0]["old"], 3);
     assert_eq!(
-        (row[0]["new"].as_u64(), row[0]["executed"].as_bool()),
-        (Some(0), Some(false))
+        (row[0]["old"].as_u64(), row[0]["new"].as_u64()),
+        (Some(3), Some(0))
     );
-    let dry = replay.replace("\"execute\":true", "\"execute\":false");
-    let (status, answer) = post(&served, "/api/dlq/orders.dlq/replay", &good, &dry);
+    assert_eq!(row[0]["executed"], false);
+    let replay = r#"{"to":"orders.retry","execute":false}"#;
+    let (status, answer) = post(&served, "/api/dlq/orders.dlq/replay", &good, replay);
     assert_eq!(status, 200, "{answer}");
     assert_eq!(
         serde_json::from_str::<Value>(&answer).expect("json")["replayed"],
         2
     );
-    assert_eq!(served.stop(), 0);
-    assert_eq!(fingerprint(d), before, "a dry run changed something");
+    // Nothing changed: the cursor stays, the target topic is not made.
+    assert_eq!(
+        served.json("/api/topics/orders/groups/workers")["cursor"],
+        3
+    );
+    assert_eq!(served.ask("GET", "/api/topics/orders.retry").0, 404);
 
-    // Then the changes.
-    let served = Served::start(d, &["--allow-writes"]);
-    let token = page_token(&served).expect("token");
-    let good = [("x-spool-token", token.as_str())];
-    let (status, answer) = post(&served, "/api/reset", &good, reset);
+    let (status, answer) = post(
+        &served,
+        "/api/reset",
+        &good,
+        &reset.replace("false", "true"),
+    );
     assert_eq!(status, 200, "{answer}");
-    let (status, answer) = post(&served, "/api/dlq/orders.dlq/replay", &good, replay);
+    let (status, answer) = post(
+        &served,
+        "/api/dlq/orders.dlq/replay",
+        &good,
+        &replay.replace("false", "true"),
+    );
     assert_eq!(status, 200, "{answer}");
     let cursor = served.json("/api/topics/orders/groups/workers")["cursor"].as_u64();
     assert_eq!(cursor, Some(0));
     assert_eq!(served.json("/api/topics/orders.retry")["messages"], 2);
     assert_eq!(served.stop(), 0);
+}
+
+/// Every answer refuses to be framed or sniffed and sends no referrer; a request through
+/// another host name (a DNS-rebinding page) is refused, reads included; the dead-letter
+/// browser shows only dead-letter topics.
+#[test]
+fn answers_carry_safety_headers_and_foreign_hosts_are_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    prepare(dir.path());
+    let served = Served::start(dir.path(), &[]);
+    let r = agent()
+        .get(format!("{}/", served.base))
+        .call()
+        .expect("GET /");
+    let h = r.headers();
+    let header = |k: &str| h.get(k).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    assert!(header("content-security-policy").contains("frame-ancestors 'none'"));
+    assert_eq!(header("x-frame-options"), "DENY");
+    assert_eq!(header("x-content-type-options"), "nosniff");
+    assert_eq!(header("referrer-policy"), "no-referrer");
+    let port = served.base.rsplit(':').next().expect("port").to_owned();
+    for host in [format!("evil.example:{port}"), "127.0.0.1:1".to_owned()] {
+        let r = agent()
+            .get(format!("{}/api/dlq/orders.dlq", served.base))
+            .header("host", host.as_str())
+            .call()
+            .expect("GET");
+        assert_eq!(r.status().as_u16(), 403, "{host}");
+    }
+    for host in [format!("localhost:{port}"), format!("127.0.0.1:{port}")] {
+        let r = agent()
+            .get(format!("{}/api/topics", served.base))
+            .header("host", host.as_str());
+        assert_eq!(r.call().expect("GET").status().as_u16(), 200, "{host}");
+    }
+    let (status, body) = served.ask("GET", "/api/dlq/orders");
+    assert_eq!(status, 404, "not a dead-letter topic: {body}");
+    let (status, body) = served.ask("GET", "/api/topics/%FF");
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        serde_json::from_str::<Value>(&body).is_ok_and(|v| v["error"].is_string()),
+        "{body}"
+    );
+    assert_eq!(served.stop(), 0);
+    let both = [
+        "serve",
+        "--listen",
+        "0.0.0.0:0",
+        "--allow-remote",
+        "--allow-writes",
+    ];
+    let run = spool(dir.path(), &both);
+    expect_code(&run, 1);
+    assert!(run.stderr.contains("--allow-writes"), "{}", run.stderr);
 }

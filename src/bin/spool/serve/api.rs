@@ -61,6 +61,18 @@ pub async fn existing_topic(app: &App, topic: &str) -> Result<(), ApiError> {
     }
 }
 
+/// `topic`, if it is a dead-letter topic that exists: the dead-letter browser shows and
+/// replays no other topic's records.
+pub async fn existing_dlq(app: &App, topic: &str) -> Result<(), ApiError> {
+    let is_dlq = topic
+        .strip_suffix(app.suffix.as_str())
+        .is_some_and(|base| !base.is_empty() && !app.suffix.is_empty());
+    if !is_dlq {
+        return Err(not_found_named("dead-letter topic", topic));
+    }
+    existing_topic(app, topic).await
+}
+
 /// `group` of `topic`, if it has state.
 pub async fn existing_group(app: &App, topic: &str, group: &str) -> Result<(), ApiError> {
     existing_topic(app, topic).await?;
@@ -184,7 +196,7 @@ pub async fn dlq_records(
         let what = format!("max is at most {DLQ_PAGE_MAX} records a page, not {max}");
         return Err(ApiError(StatusCode::BAD_REQUEST, what));
     }
-    existing_topic(&app, &topic).await?;
+    existing_dlq(&app, &topic).await?;
     let select = Select {
         from: q.from,
         max: Some(max),

@@ -5,13 +5,16 @@
 //!   it then holds until it stops).
 //! - Read-only unless `--allow-writes`: then a reset (dry run first) and a dead-letter
 //!   replay can be made from the page, guarded against other sites (`writes.rs`).
-//! - Loopback only unless `--allow-remote`, which prints a warning.
+//! - Loopback only unless `--allow-remote`, which prints a warning (and is read-only).
+//! - Every answer passes `guard.rs`: a foreign `Host` is refused, safety headers added.
 //!
 //! Files, by role: `mod.rs` (listen, routes, stop on Ctrl-C), `api.rs` (the JSON under
-//! `/api/`, with CLI.md's field names), `writes.rs` (the guarded changes),
+//! `/api/`, with CLI.md's field names), `writes.rs` (the changes), `guard.rs` (Host,
+//! headers, the session),
 //! `prometheus.rs` (`/metrics`), `page.rs` (the page and its assets).
 
 mod api;
+mod guard;
 mod page;
 mod prometheus;
 mod writes;
@@ -34,6 +37,8 @@ pub struct App {
     pub dedup_window: usize,
     /// The session token, with `--allow-writes`; `None`: read-only.
     pub token: Option<String>,
+    /// The `Host` values answered (`None`: any, with `--allow-remote`).
+    pub hosts: Option<Vec<String>>,
 }
 
 /// What `spool serve`'s flags ask for.
@@ -60,6 +65,10 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/api/reset", post(writes::reset))
         .route("/api/dlq/{topic}/replay", post(writes::replay))
         .fallback(api::not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            guard::checked,
+        ))
         .with_state(app)
 }
 
@@ -73,6 +82,12 @@ pub async fn run(backend: Backend, opts: &spool::Options, a: ServeArgs) -> Resul
                  payload to whoever reaches it; add --allow-remote to serve it there anyway"
             )));
         }
+        if a.allow_writes {
+            return Err(Failure::failed(
+                "--allow-writes is for a loopback address only: over the network the \
+                 session's link and cookie travel in clear text",
+            ));
+        }
         eprintln!("spool: warning: serving on {listen}, reachable from other machines");
     }
     let token = match a.allow_writes {
@@ -85,26 +100,45 @@ pub async fn run(backend: Backend, opts: &spool::Options, a: ServeArgs) -> Resul
     let bound = listener
         .local_addr()
         .map_err(|e| Failure::failed(format!("cannot read the bound address: {e}")))?;
-    let mode = match a.allow_writes {
-        true => "resets and replays allowed from the page",
-        false => "read-only",
-    };
-    // The first line on stdout is the address (with port 0, the one the system chose).
-    println!("spool serve: http://{bound}/ ({mode}; Ctrl-C stops)");
+    // The first line on stdout is the address (with port 0, the one the system chose);
+    // with writes, the link that opens a session.
+    match &token {
+        Some(t) => println!(
+            "spool serve: http://{bound}/?token={t} (open this link to reset and replay from \
+             the page; Ctrl-C stops)"
+        ),
+        None => println!("spool serve: http://{bound}/ (read-only; Ctrl-C stops)"),
+    }
     let app = Arc::new(App {
         backend,
         suffix: opts.dead_letter_suffix.clone(),
         dedup_window: opts.dedup_window,
         token,
+        hosts: guard::allowed_hosts(bound, a.allow_remote),
     });
-    let stop = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
     let served = axum::serve(listener, router(app.clone()))
-        .with_graceful_shutdown(stop)
+        .with_graceful_shutdown(stopped())
         .await;
-    if let Some(a) = Arc::into_inner(app) {
-        a.backend.close().await?;
+    match Arc::into_inner(app) {
+        Some(a) => a.backend.close().await?,
+        None => tracing::warn!("serve: a request still holds the instance; not closed"),
     }
     served.map_err(|e| Failure::failed(format!("serving failed: {e}")))
+}
+
+/// Ctrl-C (SIGINT) or SIGTERM (`kill`, `systemctl stop`): either stops the server and
+/// closes the directory cleanly.
+async fn stopped() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
 }

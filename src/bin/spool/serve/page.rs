@@ -3,11 +3,14 @@
 
 use std::sync::Arc;
 
-use axum::extract::State;
-use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE};
-use axum::response::IntoResponse;
+use axum::extract::{Query, State};
+use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE, LOCATION, SET_COOKIE};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
 
-use super::App;
+use super::api::ApiError;
+use super::{App, guard};
 
 const INDEX: &str = include_str!("assets/index.html");
 const SCRIPT: &str = include_str!("assets/app.js");
@@ -18,26 +21,48 @@ fn asset(kind: &'static str, body: &'static str) -> impl IntoResponse {
     ([(CONTENT_TYPE, kind), (CACHE_CONTROL, "no-store")], body)
 }
 
-/// Where the page carries the session token (with `--allow-writes`).
-const TOKEN_SLOT: &str = "<!--spool-token-->";
+/// Where the page says that it may make changes (this browser has the session).
+const WRITES_SLOT: &str = "<!--spool-writes-->";
 
-/// The page; with writes allowed it carries the session token, which only a page of
-/// this origin can read.
-pub async fn index(State(app): State<Arc<App>>) -> impl IntoResponse {
-    let page = match &app.token {
-        Some(t) => INDEX.replace(
-            TOKEN_SLOT,
-            &format!("<meta name=\"spool-token\" content=\"{t}\">"),
-        ),
-        None => INDEX.to_owned(),
+/// `?token=` of the link `spool serve` printed (with `--allow-writes`).
+#[derive(Deserialize)]
+pub struct Link {
+    token: Option<String>,
+}
+
+/// The page. Opened through the printed link, it sets the session cookie and sends the
+/// browser to `/` (so the token leaves the address bar and the history); with the
+/// session, the page shows its change forms.
+pub async fn index(
+    State(app): State<Arc<App>>,
+    Query(link): Query<Link>,
+    headers: HeaderMap,
+) -> Response {
+    if let Some(shown) = link.token {
+        let valid = app
+            .token
+            .as_ref()
+            .is_some_and(|t| guard::same_bytes(shown.as_bytes(), t.as_bytes()));
+        if !valid {
+            let what = "this link's token is not this server's session".to_owned();
+            return ApiError::new(StatusCode::FORBIDDEN, what).into_response();
+        }
+        let cookie = format!(
+            "{}={shown}; HttpOnly; SameSite=Strict; Path=/",
+            guard::SESSION_COOKIE
+        );
+        return (
+            StatusCode::SEE_OTHER,
+            [(LOCATION, "/".to_owned()), (SET_COOKIE, cookie)],
+        )
+            .into_response();
+    }
+    let page = match guard::has_session(&app, &headers) {
+        true => INDEX.replace(WRITES_SLOT, "<meta name=\"spool-writes\" content=\"on\">"),
+        false => INDEX.to_owned(),
     };
-    (
-        [
-            (CONTENT_TYPE, "text/html; charset=utf-8"),
-            (CACHE_CONTROL, "no-store"),
-        ],
-        page,
-    )
+    let kind = "text/html; charset=utf-8";
+    ([(CONTENT_TYPE, kind), (CACHE_CONTROL, "no-store")], page).into_response()
 }
 
 pub async fn script() -> impl IntoResponse {

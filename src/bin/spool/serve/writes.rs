@@ -1,15 +1,8 @@
 //! The two changes the page can make, with `--allow-writes` only: a group reset (its dry
-//! run first) and a dead-letter replay. Each request must show it comes from the page
-//! itself, not from another site the browser has open:
-//! - the per-session token the page carries (`<meta name="spool-token">`, made at start
-//!   from `/dev/urandom`), in the `X-Spool-Token` header: another site cannot read the
-//!   page, so it cannot know it (and a custom header needs a CORS preflight, which this
-//!   server never grants);
-//! - an `Origin` (when the browser sends one) equal to `http://<Host>`, and a
-//!   `Sec-Fetch-Site` (when sent) of `same-origin`.
-//!
-//! Any failure is a 403 and changes nothing. The bodies use the command line's words:
-//! a reset names its target as `reset`'s flags do, a replay as `dlq replay`'s.
+//! run first) and a dead-letter replay. A change needs the session cookie of the link
+//! `spool serve` printed, and must come from the page itself (`guard.rs`): any failure
+//! is a 403 and changes nothing. The bodies use the command line's words: a reset names
+//! its target as `reset`'s flags do, a replay as `dlq replay`'s.
 
 use std::io::Read;
 use std::sync::Arc;
@@ -17,19 +10,16 @@ use std::sync::Arc;
 use axum::Json;
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use serde::Deserialize;
 
-use super::App;
 use super::api::ApiError;
+use super::{App, guard};
 use crate::args::{ResetArgs, Select};
 use crate::dlq::{self, Replayed};
 use crate::failure::Failure;
 use crate::parse;
 use crate::reset::{self, ResetRow};
-
-/// The header a change carries the session's token in.
-pub const TOKEN_HEADER: &str = "x-spool-token";
 
 /// A fresh session token: 128 bits from the system's random source, in hex.
 pub fn new_token() -> Result<String, Failure> {
@@ -44,39 +34,24 @@ fn forbidden(what: &str) -> ApiError {
     ApiError::new(StatusCode::FORBIDDEN, what.to_owned())
 }
 
-/// Lets a change through only with writes allowed, the token, and a same-origin request.
+/// Lets a change through only with writes allowed, the session, and from the page.
 fn guard(app: &App, headers: &HeaderMap) -> Result<(), ApiError> {
-    let Some(token) = &app.token else {
+    if app.token.is_none() {
         return Err(forbidden(
             "read-only: start spool serve with --allow-writes",
         ));
-    };
-    let shown = headers.get(TOKEN_HEADER).map(|v| v.as_bytes());
-    if !shown.is_some_and(|s| same_bytes(s, token.as_bytes())) {
-        return Err(forbidden("a change needs the page's session token"));
     }
-    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
-    if let Some(origin) = headers.get(header::ORIGIN) {
-        let expected = host.map(|h| format!("http://{h}"));
-        if origin.to_str().ok() != expected.as_deref() {
-            return Err(forbidden(
-                "a change must come from the dashboard's own page",
-            ));
-        }
+    if !guard::has_session(app, headers) {
+        return Err(forbidden(
+            "a change needs the session of the link spool serve printed: open it first",
+        ));
     }
-    if let Some(site) = headers.get("sec-fetch-site")
-        && site.as_bytes() != b"same-origin"
-    {
+    if !guard::same_origin(app, headers) {
         return Err(forbidden(
             "a change must come from the dashboard's own page",
         ));
     }
     Ok(())
-}
-
-/// Compares in time independent of where they differ (a token is a secret).
-fn same_bytes(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
 }
 
 fn bad_body(e: JsonRejection) -> ApiError {
@@ -178,7 +153,7 @@ pub async fn replay(
 ) -> Result<Json<Replayed>, ApiError> {
     guard(&app, &headers)?;
     let Json(b) = body.map_err(bad_body)?;
-    super::api::existing_topic(&app, &dlq).await?;
+    super::api::existing_dlq(&app, &dlq).await?;
     // A bad target name, or the dead-letter topic itself, is the request's fault.
     if let Err(f) = app.backend.topic_info(&b.to).await {
         return Err(ApiError::new(

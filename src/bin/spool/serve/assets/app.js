@@ -156,14 +156,17 @@ async function showDlq(event) {
   if (!body.firstChild) body.appendChild(el("tr")).appendChild(el("td", { colspan: 7, class: "empty" }, "no dead letters match"));
 }
 
-// ---- changes (only with --allow-writes: the page then carries a session token) ----
+// ---- changes (only in a browser that opened the link `spool serve --allow-writes`
+// printed: the page then says so in a meta tag, and the session cookie goes along) ----
 
-const tokenMeta = document.querySelector('meta[name="spool-token"]');
+const writesMeta = document.querySelector('meta[name="spool-writes"]');
+// What each form's last dry run sent: Execute sends exactly that, and nothing else.
+const dryRuns = { reset: null, replay: null };
 
 async function change(path, body) {
   const r = await fetch(path, {
     method: "POST",
-    headers: { "content-type": "application/json", "x-spool-token": tokenMeta.content },
+    headers: { "content-type": "application/json" },
     body: JSON.stringify(body),
   });
   const answer = await r.json();
@@ -171,56 +174,79 @@ async function change(path, body) {
   return answer;
 }
 
-function resetBody(execute) {
+function resetRequest() {
   const [topic, group] = document.getElementById("reset-group").value.split("\u0000");
   const kind = document.getElementById("reset-kind").value;
   const raw = document.getElementById("reset-value").value;
-  const body = { topic, group, execute };
+  const body = { topic, group, execute: false };
   if (kind === "to_earliest" || kind === "to_latest") body[kind] = true;
   else if (kind === "to_offset" || kind === "shift_by") body[kind] = Number(raw);
   else body[kind] = raw;
-  return body;
+  return { path: "/api/reset", body };
 }
 
-async function runChange(button, result, path, body, describe) {
-  const out = document.getElementById(result);
+function replayRequest() {
+  const dlq = document.getElementById("dlq-topic").value;
+  const body = { to: document.getElementById("replay-to").value, execute: false };
+  const reason = document.getElementById("dlq-reason").value;
+  if (reason) body.reason = reason;
+  return { path: `/api/dlq/${encodeURIComponent(dlq)}/replay`, body };
+}
+
+const describe = {
+  reset: (a) => `${a[0].topic}/${a[0].group}: ${a[0].old} → ${a[0].new} ${a[0].executed ? "(done)" : "(dry run)"}`,
+  replay: (a) => `${a.replayed} copied to ${a.to}, ${a.duplicates} already there ${a.executed ? "(done)" : "(dry run)"}`,
+};
+
+async function run(which, request) {
+  const out = document.getElementById(`${which}-result`);
+  const execute = document.getElementById(`${which}-execute`);
+  execute.disabled = true; // at the click: a double click sends one change
   try {
-    const answer = await change(path, body);
-    out.textContent = describe(answer);
+    const answer = await change(request.path, request.body);
+    out.textContent = describe[which](answer);
     out.className = "result";
-    document.getElementById(button).disabled = body.execute;
+    if (!request.body.execute) {
+      dryRuns[which] = request;
+      execute.disabled = false;
+    } else {
+      dryRuns[which] = null;
+    }
   } catch (e) {
     out.textContent = e.message;
     out.className = "result error";
   }
 }
 
-function resetRun(execute) {
-  const said = (a) => `${a[0].topic}/${a[0].group}: ${a[0].old} → ${a[0].new} ${a[0].executed ? "(done)" : "(dry run)"}`;
-  runChange("reset-execute", "reset-result", "/api/reset", resetBody(execute), said);
+function dryRun(which, build) {
+  return (e) => {
+    e.preventDefault();
+    run(which, build());
+  };
 }
 
-function replayRun(execute) {
-  const dlq = document.getElementById("dlq-topic").value;
-  const body = { to: document.getElementById("replay-to").value, execute };
-  const reason = document.getElementById("dlq-reason").value;
-  if (reason) body.reason = reason;
-  const said = (a) => `${a.replayed} copied to ${a.to}, ${a.duplicates} already there ${a.executed ? "(done)" : "(dry run)"}`;
-  runChange("replay-execute", "replay-result", `/api/dlq/${encodeURIComponent(dlq)}/replay`, body, said);
+function executeLast(which) {
+  const dry = dryRuns[which];
+  if (dry) run(which, { path: dry.path, body: { ...dry.body, execute: true } });
 }
 
 async function setUpWrites() {
-  if (!tokenMeta) return;
+  if (!writesMeta) return;
   document.getElementById("writes").hidden = false;
   const r = await fetch("/api/overview", { cache: "no-store" });
   const o = await r.json();
   document.getElementById("reset-group").replaceChildren(
     ...o.groups.map((g) => el("option", { value: `${g.topic}\u0000${g.group}` }, `${g.topic} / ${g.group}`)),
   );
-  document.getElementById("reset-form").addEventListener("submit", (e) => { e.preventDefault(); resetRun(false); });
-  document.getElementById("reset-execute").addEventListener("click", () => resetRun(true));
-  document.getElementById("replay-form").addEventListener("submit", (e) => { e.preventDefault(); replayRun(false); });
-  document.getElementById("replay-execute").addEventListener("click", () => replayRun(true));
+  for (const [which, build] of [["reset", resetRequest], ["replay", replayRequest]]) {
+    const form = document.getElementById(`${which}-form`);
+    form.addEventListener("submit", dryRun(which, build));
+    // Anything changed after the dry run: run it again before Execute.
+    form.addEventListener("input", () => { document.getElementById(`${which}-execute`).disabled = true; dryRuns[which] = null; });
+    document.getElementById(`${which}-execute`).addEventListener("click", () => executeLast(which));
+  }
+  // The replay's source and filter are the dead-letter form's.
+  document.getElementById("dlq-form").addEventListener("input", () => { document.getElementById("replay-execute").disabled = true; dryRuns.replay = null; });
 }
 
 document.getElementById("dlq-form").addEventListener("submit", showDlq);
