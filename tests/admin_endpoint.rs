@@ -585,3 +585,24 @@ async fn another_users_connection_is_refused_even_when_the_mode_lets_it_in() {
     assert_eq!(owner, "0", "the owner's user is served (Response::Hello)");
     mq.close().await.expect("close");
 }
+
+/// A client whose owner went away and came back (a restart of the application) serves
+/// again: the call that finds the old connection dead fails, the next one reconnects.
+#[tokio::test]
+async fn a_client_reconnects_after_its_owner_restarted() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mq = open(tmp.path(), "");
+    publish_n(&mq, "t", 1).await;
+    let client = connect(tmp.path());
+    assert_eq!(client.topic_info("t").expect("info").next, 1);
+    mq.close().await.expect("close");
+    let mq = open(tmp.path(), "");
+    publish_n(&mq, "t", 1).await;
+    let first = client.topic_info("t");
+    let next = match first {
+        Ok(info) => info.next,
+        Err(_) => client.topic_info("t").expect("reconnected").next,
+    };
+    assert_eq!(next, 2, "the new owner's state");
+    mq.close().await.expect("close");
+}

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use super::protocol::{
-    FrameError, Hello, Payload, Request, Response, WireBatch, WireTopicConfig, decode,
+    FrameError, Hello, Payload, Request, Response, WireBatch, WireError, WireTopicConfig, decode,
     protocol_error, read_frame, write_frame,
 };
 use super::server::IDLE_TIMEOUT;
@@ -33,9 +33,9 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// call runs in the owner, so a consumer there sees a reset on its next `recv`.
 ///
 /// One connection, one call at a time (calls from several threads take turns). A client
-/// idle for longer than the owner keeps a silent connection reconnects by itself before
-/// its next call. After a failed exchange (a time-out, a closed connection) every later
-/// call fails: connect again.
+/// idle for longer than the owner keeps a silent connection, or whose last exchange
+/// failed (a time-out, a closed connection), reconnects by itself before its next call;
+/// if nobody serves the directory any more, that call fails.
 #[derive(Debug)]
 pub struct Client {
     conn: Mutex<Conn>,
@@ -179,15 +179,15 @@ impl Client {
     fn call(&self, request: &Request, at_least: Duration) -> Result<Response> {
         let mut conn = self.lock();
         let ctx = || format!("talking to the admin endpoint {}", self.socket.display());
-        if conn.broken {
-            return Err(transport(
-                ctx(),
-                std::io::Error::other("an earlier call on this connection failed; connect again"),
-            ));
-        }
-        if conn.last.elapsed() >= REDIAL_AFTER {
+        // A connection that failed (a time-out, an owner that restarted) or sat idle for
+        // near the owner's idle time-out is replaced before this call; the call that saw
+        // the failure is never sent again.
+        if conn.broken || conn.last.elapsed() >= REDIAL_AFTER {
             match dial(&self.dir, &self.socket)? {
-                Some((stream, _)) => conn.stream = stream,
+                Some((stream, _)) => {
+                    conn.stream = stream;
+                    conn.broken = false;
+                }
                 None => {
                     conn.broken = true;
                     let gone = "the owner no longer serves the directory (it closed)";
@@ -218,7 +218,12 @@ impl Client {
         });
         conn.last = Instant::now();
         match answer {
-            Ok(Response::Error(e)) => Err(e.into_error()),
+            Ok(Response::Error(e)) => {
+                // The owner's refusals (busy, too large, not understood) close the
+                // connection after them: the next call connects again.
+                conn.broken |= matches!(e, WireError::Unsupported { .. });
+                Err(e.into_error())
+            }
             Ok(r) => Ok(r),
             Err(e) => {
                 conn.broken = true;

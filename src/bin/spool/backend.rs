@@ -12,6 +12,7 @@
 //! **Invariant:** nothing but `Backend` reaches the library's `Spool` in the binary.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use spool::admin::{Client, limits};
 use spool::{
@@ -26,8 +27,9 @@ use crate::target::Target;
 pub enum Backend {
     /// The directory opened by this process for the command's length.
     Offline(Spool),
-    /// The owner's admin endpoint (its calls block, briefly: a command does one thing).
-    Live(Client),
+    /// The owner's admin endpoint. Its calls block, so they run on the runtime's blocking
+    /// threads (`live`): `spool serve` goes on answering while one waits on the owner.
+    Live(Arc<Client>),
 }
 
 type Result<T> = std::result::Result<T, Failure>;
@@ -43,7 +45,7 @@ impl Backend {
             && let Some(client) = Client::connect(target.dir())?
         {
             tracing::debug!(socket = %client.socket_path().display(), "through the owner");
-            return Ok(Backend::Live(client));
+            return Ok(Backend::Live(Arc::new(client)));
         }
         match Spool::open_with(target.options.clone()) {
             Ok(mq) => Ok(Backend::Offline(mq)),
@@ -69,7 +71,7 @@ impl Backend {
     pub async fn topics(&self) -> Result<Vec<String>> {
         match self {
             Backend::Offline(mq) => Ok(mq.topics()?),
-            Backend::Live(c) => Ok(c.topics()?),
+            Backend::Live(c) => live(c, |c| c.topics()).await,
         }
     }
 
@@ -77,7 +79,10 @@ impl Backend {
     pub async fn topic_info(&self, topic: &str) -> Result<TopicInfo> {
         match self {
             Backend::Offline(mq) => Ok(mq.topic_info(topic)?),
-            Backend::Live(c) => Ok(c.topic_info(topic)?),
+            Backend::Live(c) => {
+                let t = topic.to_owned();
+                live(c, move |c| c.topic_info(&t)).await
+            }
         }
     }
 
@@ -85,7 +90,10 @@ impl Backend {
     pub async fn groups(&self, topic: &str) -> Result<Vec<String>> {
         match self {
             Backend::Offline(mq) => Ok(mq.groups(topic)?),
-            Backend::Live(c) => Ok(c.groups(topic)?),
+            Backend::Live(c) => {
+                let t = topic.to_owned();
+                live(c, move |c| c.groups(&t)).await
+            }
         }
     }
 
@@ -93,7 +101,10 @@ impl Backend {
     pub async fn group_info(&self, topic: &str, group: &str) -> Result<GroupInfo> {
         match self {
             Backend::Offline(mq) => Ok(mq.group_info(topic, group)?),
-            Backend::Live(c) => Ok(c.group_info(topic, group)?),
+            Backend::Live(c) => {
+                let (t, g) = (topic.to_owned(), group.to_owned());
+                live(c, move |c| c.group_info(&t, &g)).await
+            }
         }
     }
 
@@ -102,7 +113,10 @@ impl Backend {
         tracing::info!(topic, group, ?to, "admin request: reset");
         match self {
             Backend::Offline(mq) => Ok(mq.reset_offset(topic, group, to).await?),
-            Backend::Live(c) => Ok(c.reset_offset(topic, group, to)?),
+            Backend::Live(c) => {
+                let (t, g) = (topic.to_owned(), group.to_owned());
+                live(c, move |c| c.reset_offset(&t, &g, to)).await
+            }
         }
     }
 
@@ -110,7 +124,10 @@ impl Backend {
     pub async fn fetch(&self, topic: &str, from: u64, max: usize) -> Result<Vec<Record>> {
         match self {
             Backend::Offline(mq) => Ok(mq.fetch(topic, from, max).await?),
-            Backend::Live(c) => Ok(c.fetch(topic, from, max)?),
+            Backend::Live(c) => {
+                let t = topic.to_owned();
+                live(c, move |c| c.fetch(&t, from, max)).await
+            }
         }
     }
 
@@ -146,7 +163,7 @@ impl Backend {
     pub async fn metrics(&self) -> Result<spool::Metrics> {
         match self {
             Backend::Offline(mq) => Ok(mq.metrics()?),
-            Backend::Live(c) => Ok(c.metrics()?),
+            Backend::Live(c) => live(c, |c| c.metrics()).await,
         }
     }
 
@@ -159,7 +176,10 @@ impl Backend {
         tracing::info!(topic, messages = messages.len(), "admin request: publish");
         match self {
             Backend::Offline(mq) => Ok(mq.publish_batch(topic, messages).await?),
-            Backend::Live(c) => Ok(c.publish_batch(topic, messages)?),
+            Backend::Live(c) => {
+                let t = topic.to_owned();
+                live(c, move |c| c.publish_batch(&t, messages)).await
+            }
         }
     }
 
@@ -168,7 +188,10 @@ impl Backend {
         tracing::info!(topic, group, "admin request: delete group");
         match self {
             Backend::Offline(mq) => Ok(mq.delete_group(topic, group).await?),
-            Backend::Live(c) => Ok(c.delete_group(topic, group)?),
+            Backend::Live(c) => {
+                let (t, g) = (topic.to_owned(), group.to_owned());
+                live(c, move |c| c.delete_group(&t, &g)).await
+            }
         }
     }
 
@@ -177,7 +200,10 @@ impl Backend {
         tracing::info!(topic, offset, "admin request: delete records");
         match self {
             Backend::Offline(mq) => Ok(mq.delete_records_before(topic, offset).await?),
-            Backend::Live(c) => Ok(c.delete_records_before(topic, offset)?),
+            Backend::Live(c) => {
+                let t = topic.to_owned();
+                live(c, move |c| c.delete_records_before(&t, offset)).await
+            }
         }
     }
 
@@ -186,7 +212,10 @@ impl Backend {
         tracing::info!(dest = %dest.display(), "admin request: snapshot");
         match self {
             Backend::Offline(mq) => Ok(mq.snapshot(dest).await?),
-            Backend::Live(c) => Ok(c.snapshot(dest)?),
+            Backend::Live(c) => {
+                let d = dest.to_owned();
+                live(c, move |c| c.snapshot(&d)).await
+            }
         }
     }
 
@@ -194,7 +223,24 @@ impl Backend {
     pub async fn verify(&self, topic: Option<&str>) -> Result<VerifyReport> {
         match self {
             Backend::Offline(mq) => Ok(mq.verify(topic).await?),
-            Backend::Live(c) => Ok(c.verify(topic)?),
+            Backend::Live(c) => {
+                let t = topic.map(str::to_owned);
+                live(c, move |c| c.verify(t.as_deref())).await
+            }
         }
+    }
+}
+
+/// Runs a blocking call of the owner's client on the runtime's blocking threads.
+async fn live<T: Send + 'static>(
+    c: &Arc<Client>,
+    call: impl FnOnce(&Client) -> spool::Result<T> + Send + 'static,
+) -> Result<T> {
+    let c = c.clone();
+    match tokio::task::spawn_blocking(move || call(&c)).await {
+        Ok(r) => Ok(r?),
+        Err(e) => Err(Failure::failed(format!(
+            "a call to the owner did not finish: {e}"
+        ))),
     }
 }
