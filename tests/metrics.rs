@@ -67,7 +67,7 @@ async fn counts_follow_what_the_consumers_did() {
         k.delivered, 6,
         "every record handed to the auto-ack consumer"
     );
-    assert!(k.acked >= 5, "all but the one it holds: {k:?}");
+    assert!((5..=6).contains(&k.acked), "all, or all but the last: {k:?}");
     assert_eq!((k.redelivered, k.nacked), (0, 0));
 
     drop(held);
@@ -84,12 +84,13 @@ async fn an_expired_delivery_is_counted_and_redelivered() {
     let mut c = mq
         .consumer("jobs", "w")
         .manual_ack()
-        .ack_deadline(Duration::from_millis(50))
+        .ack_deadline(Duration::from_secs(2))
         .build()
         .expect("consumer");
     let first = c.recv().await.expect("first");
-    // The deadline passes while the delivery is held; the next recv takes it back.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The deadline passes while the delivery is held; the next recv takes it back. (2 s:
+    // the redelivery has a deadline too, and must not pass it before its ack below.)
+    tokio::time::sleep(Duration::from_millis(2500)).await;
     let second = tokio::time::timeout(Duration::from_secs(10), c.recv())
         .await
         .expect("redelivered in time")
@@ -124,8 +125,6 @@ async fn syncs_are_timed_and_a_live_owner_reports_the_same_figures() {
         before,
         m.syncs
     );
-    let last = m.syncs.buckets.last().expect("buckets");
-    assert!(last.1 <= m.syncs.count);
     assert!(
         m.syncs.buckets.windows(2).all(|w| w[0].1 <= w[1].1),
         "cumulative"

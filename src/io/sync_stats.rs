@@ -27,10 +27,10 @@ static SYNCS: Histogram = Histogram {
 
 /// Notes one sync that took `took`.
 pub fn record(took: Duration) {
-    let us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
-    let i = SYNC_BUCKETS_US.partition_point(|&le| le < us);
-    SYNCS.counts[i].fetch_add(1, Ordering::Relaxed);
+    // In nanoseconds: 100.9 µs is above the 100 µs bound, not in it.
     let ns = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
+    let i = SYNC_BUCKETS_US.partition_point(|&le| le.saturating_mul(1000) < ns);
+    SYNCS.counts[i].fetch_add(1, Ordering::Relaxed);
     SYNCS.sum_ns.fetch_add(ns, Ordering::Relaxed);
 }
 
@@ -72,7 +72,7 @@ mod tests {
     fn a_sync_lands_in_the_first_bucket_that_holds_it_and_counts_are_cumulative() {
         let before = snapshot();
         record(Duration::from_micros(100)); // at a bound: in that bucket
-        record(Duration::from_micros(101));
+        record(Duration::from_nanos(100_900)); // just above it: in the next
         record(Duration::from_secs(60)); // past every bound: in count only
         let after = snapshot();
         let grew = |le: u64| {

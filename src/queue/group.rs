@@ -144,7 +144,8 @@ pub struct Group {
     /// Open key-ordered consumers: the group orders by key while there is one.
     pub key_ordered_consumers: usize,
     /// What the group did since the instance opened (`GroupInfo::counts`); the records
-    /// of a loan are counted when it is taken back (see [`Group::counts_now`]).
+    /// of a loan are counted when it is taken back, which every look at the group (its
+    /// cell's lock) does first.
     pub counts: GroupCounts,
 }
 
@@ -585,18 +586,6 @@ impl Group {
         self.in_flight.insert(out, l.token);
         self.mark_dirty();
         self.check();
-    }
-
-    /// [`Group::counts`] with the records of a loan under way: handed out as far as the
-    /// consumer went, and auto-acked but for the last.
-    pub fn counts_now(&self) -> GroupCounts {
-        let mut c = self.counts;
-        if let Some(l) = &self.lent {
-            let next = l.next.load(Ordering::Acquire) & !LENT_TAKEN_BACK;
-            c.delivered += next - l.first;
-            c.acked += next - 1 - l.first;
-        }
-        c
     }
 
     /// The attempt number a delivery of `offset` carries.

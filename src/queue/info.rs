@@ -283,7 +283,7 @@ impl Engine {
             dead_lettered: g.dead_lettered,
             skipped: g.skipped,
             epoch: g.epoch,
-            counts: g.counts_now(),
+            counts: g.counts,
         })
     }
 }

@@ -33,9 +33,11 @@ impl Engine {
             });
         }
         g.take_out(ticket.offset);
-        g.counts.nacked += 1;
         let failure = Failure { reason, delay };
-        self.nack_taken(&r.topic, &r.name, &mut g, ticket.offset, failure, now_ms)
+        let outcome = self.nack_taken(&r.topic, &r.name, &mut g, ticket.offset, failure, now_ms);
+        // Counted once made: a nack whose commit failed did not happen.
+        g.counts.nacked += u64::from(outcome.is_ok());
+        outcome
     }
 
     /// Nacks several deliveries of group `r` with one `reason`, under one lock: every one
@@ -60,7 +62,6 @@ impl Engine {
             } else if !g.holds(t.offset, t.epoch, t.token) {
                 out.push(Err(Error::StaleDelivery { offset: t.offset }));
             } else {
-                g.counts.nacked += 1;
                 let at_limit = g.attempt_of(t.offset) >= self.opts.max_delivery_attempts;
                 match dlq.is_some() && at_limit {
                     true => exhausted.push((out.len(), t.offset)),
@@ -90,6 +91,7 @@ impl Engine {
         for o in out.iter_mut().flatten() {
             o.next_offset = g.cursor;
         }
+        g.counts.nacked += out.iter().filter(|o| o.is_ok()).count() as u64;
         out
     }
 

@@ -54,10 +54,11 @@ pub fn encode(m: &spool::Metrics) -> String {
     let mut buckets = Vec::with_capacity(s.buckets.len() + 1);
     let mut below = 0;
     for &(le_us, cumulative) in &s.buckets {
-        buckets.push((le_us as f64 / 1e6, cumulative - below));
-        below = cumulative;
+        // Saturating: the figures may come from another process (the owner).
+        buckets.push((le_us as f64 / 1e6, cumulative.saturating_sub(below)));
+        below = below.max(cumulative);
     }
-    buckets.push((f64::INFINITY, s.count - below));
+    buckets.push((f64::INFINITY, s.count.saturating_sub(below)));
     let fsync = SyncHistogram {
         sum: s.sum.as_secs_f64(),
         count: s.count,
