@@ -11,6 +11,7 @@
 //! Files, by role:
 //! - `mod.rs`: the `Backend` and `FileIo` traits, the real file system, `DataFile`, the lock.
 //! - `sim.rs`: the simulated file system of the power-loss tests.
+//! - `open_files.rs`: the bound on descriptors of files kept open, and its sweep.
 //! - `private.rs`: owner-only files on the real file system (the admin endpoint's socket,
 //!   its pointer and private directory).
 

@@ -6,6 +6,8 @@
 //! Files, by role:
 //! - `mod.rs`: `Segment`, its progress and sync, `Visibility` (`Sync=Always`).
 //! - `open.rs`: making and opening segment files, the header check, the spare file.
+//! - `files.rs`: its open files under the bound on open files: opened on demand, closed
+//!   when idle and synced.
 //! - `index.rs`: the sparse index: loading, checking, rebuilding, sealed writes.
 //! - `read.rs`: reads, time lookups, the whole-segment check before sealing.
 //! - `scan.rs`: scanning records from a known boundary.
