@@ -67,7 +67,10 @@ async fn counts_follow_what_the_consumers_did() {
         k.delivered, 6,
         "every record handed to the auto-ack consumer"
     );
-    assert!((5..=6).contains(&k.acked), "all, or all but the last: {k:?}");
+    assert!(
+        (5..=6).contains(&k.acked),
+        "all, or all but the last: {k:?}"
+    );
     assert_eq!((k.redelivered, k.nacked), (0, 0));
 
     drop(held);

@@ -3,7 +3,9 @@
 //! record the one published at its offset, never a gap (a later segment kept after an
 //! earlier one lost its unsynced tail), and everything published before the last clean
 //! `close` kept. A consumer group that acked records the cut then took away still gets
-//! every record published after the reopen.
+//! every record published after the reopen. With six topics and room for only four open
+//! files, idle topics close their files and reopen them (the bound on open files), and
+//! each log still keeps its promises (under `Always` too).
 //!
 //! Runs on the simulated file system (see `power_loss.rs`) with tiny segments, so the cut
 //! lands during rolls and while a sealed segment is still being synced. Replay one cut with
@@ -331,6 +333,142 @@ async fn a_power_cut_under_sync_none_leaves_a_prefix_that_opens() {
 async fn power_loss_under_sync_none_at_every_operation_of_many_seeds() {
     let seeds = env_u64("SPOOL_POWER_LOSS_NONE_SEEDS").unwrap_or(4);
     campaign(1..=seeds, 0, true).await;
+}
+
+// ---- many topics, their files closed and reopened ----------------------------------
+
+/// Topics of `many_topics`, with room for only a few of their files open at once.
+const TOPICS: usize = 6;
+const OPEN_FILES_MAX: usize = 4;
+
+/// Publishes round-robin to `TOPICS` topics on a file system that lets the instance keep
+/// `OPEN_FILES_MAX` files open, so that idle topics close their active segment and index
+/// (synced first under `None`) and reopen them at their next publish; a clean close and
+/// reopen in the middle. Returns, per topic, the payloads in offset order, how many the
+/// close made durable, and how many publishes returned.
+async fn many_topics(fs: &SimFs, seed: u64, opts: &Options) -> Vec<(Vec<Vec<u8>>, usize)> {
+    let mut out = vec![(Vec::new(), 0); TOPICS];
+    let Ok(mut mq) = Spool::open_simulated(opts.clone(), fs) else {
+        return out;
+    };
+    for i in 0..STEPS {
+        if fs.is_cut() {
+            break;
+        }
+        if i == CLOSE_AT {
+            if mq.close().await.is_err() || fs.is_cut() {
+                break;
+            }
+            out.iter_mut().for_each(|(p, c)| *c = p.len());
+            let Ok(again) = Spool::open_simulated(opts.clone(), fs) else {
+                break;
+            };
+            mq = again;
+        }
+        let t = (i as usize * 5 + (i / 7) as usize) % TOPICS;
+        // Counted before it returns: a publish that straddles the cut may be in the image.
+        out[t].0.push(payload(seed, i));
+        if mq
+            .publish(&format!("t{t}"), payload(seed, i), &Headers::new())
+            .await
+            .is_err()
+        {
+            break;
+        }
+    }
+    out
+}
+
+/// Each topic is a prefix of what was published to it, holding at least what the close
+/// made durable (under `Always`, what its publishes returned: all but a straddling one).
+async fn verify_many(
+    image: &SimFs,
+    opts: &Options,
+    published: &[(Vec<Vec<u8>>, usize)],
+) -> Result<(), String> {
+    let mq =
+        Spool::open_simulated(opts.clone(), image).map_err(|e| format!("reopen failed: {e}"))?;
+    let always = opts.sync == SyncPolicy::Always;
+    for (t, (payloads, closed)) in published.iter().enumerate() {
+        let topic = format!("t{t}");
+        let records = match mq.fetch(&topic, 0, usize::MAX).await {
+            Ok(r) => r,
+            Err(e) => return Err(format!("{topic}: read failed: {e}")),
+        };
+        let least = if always {
+            payloads.len().saturating_sub(1)
+        } else {
+            *closed
+        };
+        if records.len() > payloads.len() || records.len() < least {
+            return Err(format!(
+                "{topic}: {} records, {} published, at least {least} durable",
+                records.len(),
+                payloads.len()
+            ));
+        }
+        for (i, r) in records.iter().enumerate() {
+            if r.offset() != i as u64 || r.payload()[..] != payloads[i][..] {
+                return Err(format!(
+                    "{topic}: record {i} is not the one published at {i}"
+                ));
+            }
+        }
+    }
+    mq.close().await.map_err(|e| format!("close: {e}"))
+}
+
+/// Power cuts among many topics whose files the bound on open files keeps closing and
+/// reopening: under `None` each log stays a prefix holding what the clean close made
+/// durable, under `Always` every returned publish survives (a file is closed only once
+/// synced, and the next publish's sync goes through the reopened one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_power_cut_among_many_topics_whose_files_close_and_reopen_leaves_prefixes() {
+    let mut failures = Vec::new();
+    let mut tried = 0;
+    for sync in [SyncPolicy::None, SyncPolicy::Always] {
+        let opts = Options { sync, ..options() };
+        let seed = 3;
+        let full = SimFs::new(seed);
+        full.limit_open_files(OPEN_FILES_MAX);
+        let published = many_topics(&full, seed, &opts).await;
+        assert_eq!(
+            published.iter().map(|(p, _)| p.len() as u64).sum::<u64>(),
+            STEPS
+        );
+        let total = full.ops();
+        // About 150 sync points and the operation after each, and 100 others spread out.
+        let syncs = full.sync_points();
+        let stride = (syncs.len() / 150).max(1);
+        let mut cuts: Vec<u64> = syncs
+            .into_iter()
+            .step_by(stride)
+            .flat_map(|op| [op, op + 1])
+            .chain((1..=total).step_by((total as usize / 100).max(1)))
+            .collect();
+        cuts.sort_unstable();
+        cuts.dedup();
+        for cut in cuts {
+            tried += 1;
+            let fs = SimFs::new(seed);
+            fs.limit_open_files(OPEN_FILES_MAX);
+            fs.cut_at_op(cut);
+            let published = many_topics(&fs, seed, &opts).await;
+            let Some(image) = fs.crash_image() else {
+                continue;
+            };
+            if let Err(e) = verify_many(&image, &opts, &published).await {
+                failures.push(format!("{sync:?} cut {cut}: {e}"));
+            }
+        }
+    }
+    eprintln!("power loss among many topics: {tried} cut points");
+    assert!(
+        failures.is_empty(),
+        "{} of {tried} cut points broke a promise:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }
 
 /// A process killed right after a roll made the next segment from a spare, before its

@@ -476,6 +476,11 @@ impl<'txn> Tables<'txn> {
                 self.groups.remove((t.as_str(), g.as_str())).map_err(w)?;
                 self.clear(t, g, true)?;
             }
+            Op::DeleteTopic(t) => {
+                self.topics.remove(t.as_str()).map_err(w)?;
+                self.starts.remove(t.as_str()).map_err(w)?;
+                self.configs.remove(t.as_str()).map_err(w)?;
+            }
             Op::SetTopicStart(t, start) => {
                 self.starts.insert(t.as_str(), *start).map_err(w)?;
             }

@@ -139,6 +139,9 @@ pub struct DeadLetterIntent {
 #[derive(Clone, Debug)]
 pub enum Op {
     PutTopic(String, TopicRecord),
+    /// Forgets a topic whose creation failed (its entry, start and overrides; it has no
+    /// group yet).
+    DeleteTopic(String),
     /// A group image and its snapshot sequence number (per group, increasing with its
     /// state): an image older than one already written is not written.
     PutGroup(String, String, GroupRecord, u64),

@@ -11,13 +11,17 @@
 //! Files, by role:
 //! - `mod.rs`: the `Backend` and `FileIo` traits, the real file system, `DataFile`, the lock.
 //! - `sim.rs`: the simulated file system of the power-loss tests.
+//! - `open_files.rs`: the bound on descriptors of files kept open, and its sweep.
 //! - `private.rs`: owner-only files on the real file system (the admin endpoint's socket,
 //!   its pointer and private directory).
 //! - `sync_stats.rs`: the process's histogram of sync latencies (for metrics).
 
+pub mod open_files;
 pub mod private;
 pub mod sim;
 pub mod sync_stats;
+
+pub use open_files::{Holder, OPEN_FILES_MAX, OpenFiles, Seen, Token};
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
@@ -89,6 +93,14 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     /// a copy or a restored image). `None` when that cannot be told: then recovery never
     /// relies on it.
     fn boot_mark(&self, dir: &Path) -> Option<String>;
+    /// Removes the empty directory `dir` (a missing one is not an error); durable after
+    /// `sync_dir` of its parent.
+    fn remove_dir(&self, dir: &Path) -> std::io::Result<()>;
+    /// A bound of its own on files kept open (tests: a small one), instead of
+    /// `OPEN_FILES_MAX`.
+    fn open_files_max(&self) -> Option<usize> {
+        None
+    }
 }
 
 /// What `Backend::file_stat` tells of a file.
@@ -101,26 +113,45 @@ pub struct FileStat {
     pub identity: [u64; 2],
 }
 
-/// A shared handle on a [`Backend`], with errors that name the file.
+/// A shared handle on a [`Backend`], with errors that name the file, and the bound on
+/// the descriptors its files kept open may hold ([`OpenFiles`]).
 #[derive(Clone, Debug)]
-pub struct Fs(Arc<dyn Backend>);
+pub struct Fs {
+    backend: Arc<dyn Backend>,
+    files: Arc<OpenFiles>,
+}
 
 impl Fs {
+    /// The real file system, under the process's one bound on open files.
     pub fn real() -> Fs {
-        Fs(Arc::new(RealFs))
+        Fs {
+            backend: Arc::new(RealFs),
+            files: OpenFiles::process(),
+        }
     }
 
+    /// `backend` under a bound of its own (`Backend::open_files_max`, else
+    /// `OPEN_FILES_MAX`).
     pub fn new(backend: Arc<dyn Backend>) -> Fs {
-        Fs(backend)
+        let max = backend.open_files_max().unwrap_or(OPEN_FILES_MAX);
+        Fs {
+            backend,
+            files: OpenFiles::new(max),
+        }
+    }
+
+    /// The bound on the descriptors files kept open hold (segments register there).
+    pub fn open_files(&self) -> &Arc<OpenFiles> {
+        &self.files
     }
 
     pub fn is_real(&self) -> bool {
-        self.0.is_real()
+        self.backend.is_real()
     }
 
     pub fn create_new(&self, path: &Path) -> Result<DataFile> {
         let io = self
-            .0
+            .backend
             .create_new(path)
             .ctx(|| format!("creating {}", path.display()))?;
         Ok(DataFile::new(io, path, self))
@@ -128,7 +159,7 @@ impl Fs {
 
     pub fn open(&self, path: &Path) -> Result<DataFile> {
         let io = self
-            .0
+            .backend
             .open(path)
             .ctx(|| format!("opening {}", path.display()))?;
         Ok(DataFile::new(io, path, self))
@@ -136,7 +167,7 @@ impl Fs {
 
     pub fn open_or_create(&self, path: &Path) -> Result<DataFile> {
         let io = self
-            .0
+            .backend
             .open_or_create(path)
             .ctx(|| format!("opening {}", path.display()))?;
         Ok(DataFile::new(io, path, self))
@@ -144,40 +175,40 @@ impl Fs {
 
     /// The raw handle, for the catalog's storage adapter.
     pub fn open_or_create_raw(&self, path: &Path) -> Result<Arc<dyn FileIo>> {
-        self.0
+        self.backend
             .open_or_create(path)
             .ctx(|| format!("opening {}", path.display()))
     }
 
     pub fn remove_file(&self, path: &Path) -> Result<()> {
-        self.0
+        self.backend
             .remove_file(path)
             .ctx(|| format!("deleting {}", path.display()))
     }
 
     pub fn file_stat(&self, path: &Path) -> Result<FileStat> {
-        self.0
+        self.backend
             .file_stat(path)
             .ctx(|| format!("reading the size of {}", path.display()))
     }
 
     pub fn rename(&self, from: &Path, to: &Path) -> Result<()> {
-        self.0
+        self.backend
             .rename(from, to)
             .ctx(|| format!("renaming {} to {}", from.display(), to.display()))
     }
 
     /// File names in a directory.
     pub fn list_dir(&self, dir: &Path) -> Result<Vec<String>> {
-        self.0
+        self.backend
             .list_dir(dir)
             .ctx(|| format!("listing {}", dir.display()))
     }
 
     /// Creates `dir` (and parents) and makes its entry in the parent durable.
     pub fn create_dir_all(&self, dir: &Path) -> Result<()> {
-        let existed = self.0.is_dir(dir) == Some(true);
-        self.0
+        let existed = self.backend.is_dir(dir) == Some(true);
+        self.backend
             .create_dir_all(dir)
             .ctx(|| format!("creating directory {}", dir.display()))?;
         if !existed && let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
@@ -188,14 +219,14 @@ impl Fs {
 
     /// Makes `to` a second name of the file `from` (see `Backend::hard_link`).
     pub fn hard_link(&self, from: &Path, to: &Path) -> Result<()> {
-        self.0
+        self.backend
             .hard_link(from, to)
             .ctx(|| format!("linking {} to {}", to.display(), from.display()))
     }
 
     /// How many names (hard links) the file has.
     pub fn link_count(&self, path: &Path) -> Result<u64> {
-        self.0
+        self.backend
             .link_count(path)
             .ctx(|| format!("reading the links of {}", path.display()))
     }
@@ -212,7 +243,7 @@ impl Fs {
             } else {
                 at
             };
-            if let Ok(found) = self.0.canonicalize(probe) {
+            if let Ok(found) = self.backend.canonicalize(probe) {
                 return Some(rest.iter().rev().fold(found, |p: PathBuf, n| p.join(n)));
             }
             rest.push(at.file_name()?.to_owned());
@@ -222,17 +253,24 @@ impl Fs {
 
     pub fn sync_dir(&self, dir: &Path) -> Result<()> {
         let started = std::time::Instant::now();
-        let r = self.0.sync_dir(dir);
+        let r = self.backend.sync_dir(dir);
         sync_stats::record(started.elapsed());
         r.ctx(|| format!("syncing directory {}", dir.display()))
     }
 
+    /// Removes the empty directory `dir` (a missing one is not an error).
+    pub fn remove_dir(&self, dir: &Path) -> Result<()> {
+        self.backend
+            .remove_dir(dir)
+            .ctx(|| format!("removing directory {}", dir.display()))
+    }
+
     pub fn is_dir(&self, path: &Path) -> Option<bool> {
-        self.0.is_dir(path)
+        self.backend.is_dir(path)
     }
 
     pub fn boot_mark(&self, dir: &Path) -> Option<String> {
-        self.0.boot_mark(dir)
+        self.backend.boot_mark(dir)
     }
 
     /// Writes every file `UNSYNCED_FILE` in `dir` names (a sync of it failed, see
@@ -497,6 +535,12 @@ impl Backend for RealFs {
     }
     fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
         File::open(dir)?.sync_all()
+    }
+    fn remove_dir(&self, dir: &Path) -> std::io::Result<()> {
+        match std::fs::remove_dir(dir) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            r => r,
+        }
     }
     fn hard_link(&self, from: &Path, to: &Path) -> std::io::Result<()> {
         std::fs::hard_link(from, to)

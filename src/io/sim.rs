@@ -76,6 +76,9 @@ pub struct SimFs {
     /// Syncs of the file at this path wait while set (`hold_syncs_of`: a slow disk under
     /// one file). Not part of the state a crash image copies.
     held_file: Arc<Mutex<Option<PathBuf>>>,
+    /// The bound on files kept open of an `Fs` made over this (0: the default), see
+    /// `limit_open_files`. Not part of the state a crash image copies.
+    open_files_max: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// See [`SimFs::faults_cleared_on_drop`].
@@ -102,6 +105,13 @@ impl SimFs {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// An `Fs` made over this from now on keeps at most `max` files open (its
+    /// `OpenFiles` bound): closes and reopens in a test of a few topics.
+    pub fn limit_open_files(&self, max: usize) {
+        self.open_files_max
+            .store(max, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Makes every sync (`sync_data`, `sync_dir`) from now on wait until `hold_syncs(false)`,
     /// outside the file system's lock: a slow flush, to see what it holds up.
     pub fn hold_syncs(&self, hold: bool) {
@@ -111,7 +121,8 @@ impl SimFs {
     }
 
     /// From now on (until `None`), writes, syncs and truncations of the file named `path`
-    /// fail with an I/O error: a disk going bad under one file (a directory: its syncs).
+    /// fail with an I/O error, and so does creating it: a disk going bad under one file
+    /// (a directory: creating or removing it, and its syncs).
     /// A failed sync of a file drops its changes since the last sync, as `fail_syncs_of`.
     pub fn fail_writes_to(&self, path: Option<&Path>) {
         self.set_failing(path, false, false);
@@ -242,29 +253,33 @@ impl SimFs {
         self.lock().image.is_some()
     }
 
+    /// A file system on `state`, with no fault of this one's, and its bound on open files.
+    fn image_fs(&self, state: State) -> SimFs {
+        let max = self
+            .open_files_max
+            .load(std::sync::atomic::Ordering::Relaxed);
+        SimFs {
+            state: Arc::new(Mutex::new(state)),
+            held: Arc::default(),
+            failing: Arc::default(),
+            held_file: Arc::default(),
+            open_files_max: Arc::new(max.into()),
+        }
+    }
+
     /// The file system as it is after the power cut (a fresh, uncut one), or `None` if
     /// the cut point was never reached.
     pub fn crash_image(&self) -> Option<SimFs> {
         let mut s = self.lock();
         let image = s.image.take()?;
-        Some(SimFs {
-            state: Arc::new(Mutex::new(*image)),
-            held: Arc::default(),
-            failing: Arc::default(),
-            held_file: Arc::default(),
-        })
+        Some(self.image_fs(*image))
     }
 
     /// The file system as if the power were cut now.
     pub fn crash_now(&self) -> SimFs {
         let mut s = self.lock();
         let image = s.take_image();
-        SimFs {
-            state: Arc::new(Mutex::new(image)),
-            held: Arc::default(),
-            failing: Arc::default(),
-            held_file: Arc::default(),
-        }
+        self.image_fs(image)
     }
 
     /// The file system as a process killed now leaves it: every write is there (the page
@@ -287,12 +302,7 @@ impl SimFs {
             boot: s.boot,
             syncs_waiting: 0,
         };
-        SimFs {
-            state: Arc::new(Mutex::new(copy)),
-            held: Arc::default(),
-            failing: Arc::default(),
-            held_file: Arc::default(),
-        }
+        self.image_fs(copy)
     }
 
     /// As `process_crash_now`, killed inside its last write to `path` (not synced since):
@@ -535,6 +545,7 @@ impl FileIo for SimHandle {
 
 impl Backend for SimFs {
     fn create_new(&self, path: &Path) -> std::io::Result<Arc<dyn FileIo>> {
+        self.injected_if(false, |p| p == path)?;
         let mut s = self.lock();
         if s.names.contains_key(path) {
             return Err(std::io::Error::new(
@@ -666,6 +677,10 @@ impl Backend for SimFs {
     }
 
     fn create_dir_all(&self, dir: &Path) -> std::io::Result<()> {
+        if self.is_dir(dir).is_none() {
+            // Making the failing path fails (`fail_writes_to`); an existing one is left be.
+            self.injected_if(false, |p| p == dir)?;
+        }
         let mut s = self.lock();
         // Directories are modelled as durable once made; only file entries need syncs.
         for a in dir.ancestors() {
@@ -690,6 +705,35 @@ impl Backend for SimFs {
         s.durable_names.retain(|p, _| p.parent() != Some(dir));
         s.durable_names.extend(live);
         Ok(())
+    }
+
+    fn remove_dir(&self, dir: &Path) -> std::io::Result<()> {
+        self.injected_if(false, |p| p == dir)?;
+        let mut s = self.lock();
+        if !s.dirs.contains(dir) {
+            return Ok(());
+        }
+        let inside = |p: &PathBuf| p.parent() == Some(dir);
+        if s.names.keys().any(inside) || s.dirs.iter().any(inside) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::DirectoryNotEmpty,
+                "directory not empty",
+            ));
+        }
+        // Modelled as durable at once, as a creation (`create_dir_all`).
+        s.tick();
+        s.dirs.remove(dir);
+        Ok(())
+    }
+
+    fn open_files_max(&self) -> Option<usize> {
+        match self
+            .open_files_max
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            0 => None,
+            n => Some(n),
+        }
     }
 
     fn boot_mark(&self, _dir: &Path) -> Option<String> {

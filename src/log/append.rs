@@ -181,7 +181,7 @@ impl TopicLog {
             let from = std::mem::replace(&mut self.zeroed_to, to);
             write_zeros(&self.active, from, to)?;
         }
-        self.active.with_file(|f| f.write_all_at(&self.buf, at))
+        self.active.write_at(&self.buf, at)
     }
 
     /// Writes the batch's `count` encoded index entries. The index is a cache: if this
@@ -192,7 +192,7 @@ impl TopicLog {
         }
         let at = self.index_count * INDEX_ENTRY_LEN as u64;
         self.index_count += count as u64;
-        let r = self.index_file.write_all_at(&self.index_buf, at);
+        let r = self.active.write_index(&self.index_buf, at);
         self.index_buf.clear();
         if let Err(e) = r {
             tracing::warn!(error = %e, "index write failed; it will be rebuilt on open");
@@ -273,7 +273,7 @@ fn write_zeros(seg: &Segment, from: u64, to: u64) -> Result<()> {
     let mut at = from;
     while at < to {
         let n = (to - at).min(ZEROS.len() as u64) as usize;
-        seg.with_file(|f| f.write_all_at(&ZEROS[..n], at))?;
+        seg.write_at(&ZEROS[..n], at)?;
         at += n as u64;
     }
     Ok(())

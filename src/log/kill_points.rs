@@ -128,6 +128,9 @@ impl crate::io::Backend for CutEveryWrite {
     fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
         self.sim.sync_dir(dir)
     }
+    fn remove_dir(&self, dir: &Path) -> std::io::Result<()> {
+        self.sim.remove_dir(dir)
+    }
     fn is_dir(&self, path: &Path) -> Option<bool> {
         self.sim.is_dir(path)
     }

@@ -126,7 +126,6 @@ pub struct TopicLog {
     cfg: LogConfig,
     reader: LogReader,
     active: Arc<Segment>,
-    index_file: DataFile,
     /// Position of the active segment's last index entry.
     last_entry: Option<u64>,
     /// Entries in the active segment's index file.
@@ -163,7 +162,7 @@ pub struct TopicLog {
     sealing: std::collections::VecDeque<(u64, Sealing)>,
     /// The spare file the next roll renames into a segment (`seal_in_background`), being
     /// made on a thread; a roll that finds it unfinished creates the segment itself.
-    spare: Option<std::thread::JoinHandle<Result<DataFile>>>,
+    spare: Option<std::thread::JoinHandle<Result<()>>>,
     /// Files of segments retention deleted, kept (`preallocate`) for rolls to overwrite
     /// instead of writing zeros ahead (`MAX_RECYCLED` at most).
     recycled: Vec<PathBuf>,

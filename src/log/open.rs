@@ -106,15 +106,9 @@ impl Recovered {
         // A new log: `Segment::create` syncs the directory itself.
         let created = segments.is_empty();
         if created {
-            segments.push(Arc::new(Segment::create(
-                fs,
-                dir,
-                0,
-                now_ms,
-                cfg.max_body,
-                poison.clone(),
-                0,
-            )?));
+            segments.push(
+                Segment::create(fs, dir, 0, now_ms, cfg.max_body, poison.clone(), 0)?.shared(),
+            );
         }
         let active = segments
             .last()
@@ -158,7 +152,6 @@ impl TopicLog {
             same_boot,
             created,
         } = found;
-        let index_file = fs.open_or_create(&active.index_path)?;
         let allocated = active.with_file(|f| f.len())?;
         let entries = active.index(cfg.index_interval_bytes)?;
         // With their successors: see `defer_interrupted_sealings`.
@@ -181,7 +174,6 @@ impl TopicLog {
             cfg,
             reader,
             active,
-            index_file,
             last_entry: entries.last().map(|e| e.position),
             index_count: entries.len() as u64,
             allocated,
@@ -549,7 +541,7 @@ fn open_segments(
                 ),
             ));
         }
-        segments.push(Arc::new(seg));
+        segments.push(seg.shared());
     }
     Ok(Opened { segments, stats })
 }

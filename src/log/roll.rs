@@ -24,18 +24,18 @@ impl TopicLog {
             .ok();
     }
 
-    /// The spare file if it is ready now (never waits for it).
-    fn take_spare(&mut self) -> Option<DataFile> {
-        if !self.spare.as_ref()?.is_finished() {
-            return None;
+    /// Whether the spare file is ready now (never waits for it); it is used if so.
+    fn take_spare(&mut self) -> bool {
+        if !self.spare.as_ref().is_some_and(|h| h.is_finished()) {
+            return false;
         }
-        match self.spare.take()?.join() {
-            Ok(Ok(file)) => Some(file),
-            Ok(Err(e)) => {
+        match self.spare.take().map(|h| h.join()) {
+            Some(Ok(Ok(()))) => true,
+            Some(Ok(Err(e))) => {
                 tracing::warn!(error = %e, "could not make a spare segment file; the roll creates one");
-                None
+                false
             }
-            Err(_) => None,
+            _ => false,
         }
     }
 }
@@ -46,8 +46,7 @@ impl TopicLog {
     pub(super) fn roll(&mut self, now_ms: u64) -> Result<()> {
         self.wait_for_old_sealings()?;
         // The writer's end: records written and not yet synced are part of the segment.
-        self.active
-            .with_file(|f| f.set_len(self.active.written().bytes))?;
+        self.active.set_len(self.active.written().bytes)?;
         let background = self.cfg.seal_in_background;
         if !background {
             seal(
@@ -102,8 +101,7 @@ impl TopicLog {
     fn next_segment(&mut self, now_ms: u64) -> Result<NextSegment> {
         let base = self.active.written().next;
         let background = self.cfg.seal_in_background;
-        let spare = if background { self.take_spare() } else { None };
-        let from_spare = spare.is_some();
+        let from_spare = background && self.take_spare();
         // Only where nothing is zeroed ahead (`preallocate`, never with `background`).
         if !background
             && let Some(path) = self.recycled.pop()
@@ -116,17 +114,16 @@ impl TopicLog {
                 from_spare,
             });
         }
-        let created = match spare {
-            Some(file) => Segment::from_spare(
+        let created = match from_spare {
+            true => Segment::from_spare(
                 &self.fs,
                 &self.dir,
-                file,
                 base,
                 now_ms,
                 self.cfg.max_body,
                 self.poison.clone(),
             ),
-            None => Segment::create(
+            false => Segment::create(
                 &self.fs,
                 &self.dir,
                 base,
@@ -176,18 +173,15 @@ impl TopicLog {
     /// Makes `next` the active segment and returns the old one. A failure to open its
     /// index poisons the topic.
     fn switch_to(&mut self, next: NextSegment) -> Result<Arc<Segment>> {
-        let seg = Arc::new(next.seg);
+        let seg = next.seg.shared();
         // The new segment's file exists: records appended to the sealed one instead would
         // overlap its base.
-        self.index_file = match self.fs.open_or_create(&seg.index_path) {
-            Ok(f) => f,
-            Err(e) => {
-                let _ = self
-                    .poison
-                    .set(format!("could not start a segment's index: {e}"));
-                return Err(e);
-            }
-        };
+        if let Err(e) = seg.open_index() {
+            let _ = self
+                .poison
+                .set(format!("could not start a segment's index: {e}"));
+            return Err(e);
+        }
         self.last_entry = None;
         self.index_count = 0;
         self.allocated = next.allocated;

@@ -1,10 +1,10 @@
 //! Topics: each one's log writer (with its de-duplication window), its reader and its
 //! groups, and the engine's map of them.
 //! **Invariant:** every topic in the map has a valid name, and a new topic's catalog
-//! entry is committed before its directory is made.
+//! entry is committed before its directory is made; a creation that fails leaves neither.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLockReadGuard, RwLockWriteGuard};
 
 use super::dedup::Dedup;
@@ -14,8 +14,9 @@ use super::produce::rebuild_dedup;
 use super::topic_config::TopicConfig;
 use super::{Engine, dead_letter};
 use crate::catalog::{Op, TopicConfigRecord, TopicRecord};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::format::record::{self, Record};
+use crate::io::Fs;
 use crate::log::segment::Segment;
 use crate::log::{LogConfig, LogReader, TopicLog};
 use crate::names;
@@ -91,6 +92,30 @@ impl Topic {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect()
     }
+}
+
+/// Removes a topic directory a failed creation made: its files (it holds only what the
+/// creation wrote), then the directory. Needs no descriptor when the directory is still
+/// empty (a creation that failed for want of one). Its parent is synced if it can be: if
+/// not (that too needs a descriptor), a power cut may bring the empty directory back,
+/// which the next open adopts as an empty topic.
+fn remove_topic_dir(fs: &Fs, dir: &Path) -> Result<()> {
+    if fs.is_dir(dir).is_none() {
+        return Ok(());
+    }
+    if fs.remove_dir(dir).is_err() {
+        for name in fs.list_dir(dir)? {
+            fs.remove_file(&dir.join(name))?;
+        }
+        fs.remove_dir(dir)?;
+    }
+    if let Some(parent) = dir.parent()
+        && let Err(e) = fs.sync_dir(parent)
+    {
+        tracing::warn!(error = %e, dir = %dir.display(),
+            "the removal of a failed topic's directory is not durable yet");
+    }
+    Ok(())
 }
 
 impl Engine {
@@ -172,7 +197,9 @@ impl Engine {
         self.topics_read().get(name).cloned()
     }
 
-    /// An existing topic, or a new one (catalog entry first, then its directory).
+    /// An existing topic, or a new one (catalog entry first, then its directory). A
+    /// creation that fails at any step is undone (`undo_creation`) before its error is
+    /// returned.
     pub fn topic_or_create(&self, name: &str, now_ms: u64) -> Result<Arc<Topic>> {
         names::check(name)?;
         if let Some(t) = self.topic(name) {
@@ -182,17 +209,58 @@ impl Engine {
         if let Some(t) = map.get(name) {
             return Ok(t.clone());
         }
-        self.catalog.commit(&[Op::PutTopic(
-            name.to_owned(),
-            TopicRecord { created_ms: now_ms },
-        )])?;
-        let mut log = self.open_log(name, now_ms)?;
+        // A directory there already is not this creation's to remove (open adopts it).
+        let existed = self.fs.is_dir(&self.topic_dir(name)).is_some();
+        let created = self
+            .catalog
+            .commit(&[Op::PutTopic(
+                name.to_owned(),
+                TopicRecord { created_ms: now_ms },
+            )])
+            .and_then(|()| self.open_log(name, now_ms));
+        let mut log = match created {
+            Ok(log) => log,
+            Err(e) => return Err(self.undo_creation(name, existed, e)),
+        };
         // A leftover directory may hold an interrupted sealing.
         log.resume_sealing();
         let dedup = Dedup::new(self.opts.dedup_window);
         let t = Topic::new(name, log, dedup, TopicConfig::default());
         map.insert(name.to_owned(), t.clone());
         Ok(t)
+    }
+
+    /// After a topic creation failed with `e` (the log's files are closed by now): removes
+    /// what it made, its directory (unless `existed`) and then its catalog entry, and
+    /// returns `e` saying so. In this order: a crash in between leaves an entry without a
+    /// directory, which the next open makes into an empty topic, as it would adopt a
+    /// directory without an entry. If the undoing fails too, `e` says what is left.
+    fn undo_creation(&self, name: &str, existed: bool, e: Error) -> Error {
+        let dir = self.topic_dir(name);
+        let removed = if existed {
+            Ok(())
+        } else {
+            remove_topic_dir(&self.fs, &dir)
+        };
+        let undone =
+            removed.and_then(|()| self.catalog.commit(&[Op::DeleteTopic(name.to_owned())]));
+        let what = match &undone {
+            Ok(()) => "nothing of it was left behind".to_owned(),
+            Err(u) => {
+                tracing::error!(topic = %name, error = %u, "could not undo a failed topic creation");
+                format!("undoing it failed too ({u}); the next open adopts what is left")
+            }
+        };
+        match e {
+            Error::Io { context, source } => Error::Io {
+                context: format!("creating topic {name:?} ({what}): {context}"),
+                source,
+            },
+            other => {
+                tracing::warn!(topic = %name, error = %other, "creating a topic failed; {what}");
+                other
+            }
+        }
     }
 
     /// The names of every topic, in order.

@@ -6,12 +6,15 @@
 //! Files, by role:
 //! - `mod.rs`: `Segment`, its progress and sync, `Visibility` (`Sync=Always`).
 //! - `open.rs`: making and opening segment files, the header check, the spare file.
+//! - `files.rs`: its open files under the bound on open files: opened on demand, closed
+//!   when idle and synced.
 //! - `index.rs`: the sparse index: loading, checking, rebuilding, sealed writes.
 //! - `read.rs`: reads, time lookups, the whole-segment check before sealing.
 //! - `scan.rs`: scanning records from a known boundary.
 //! - `footer.rs`: a sealed index's footer and when to believe it.
 //! - `wholeness.rs`: whether a segment that was syncing at a crash lost records.
 
+mod files;
 mod footer;
 mod index;
 mod open;
@@ -19,6 +22,7 @@ mod read;
 mod scan;
 mod wholeness;
 
+use files::Held;
 use footer::Unchecked;
 use footer::{footer_agrees, footer_for, read_footer};
 pub(crate) use index::{FromIndex, write_sealed_index};
@@ -42,7 +46,7 @@ use crate::format::record::{self, Frame, Record};
 use crate::format::segment::{
     self as fmt, FOOTER_LEN, INDEX_ENTRY_LEN, IndexEntry, SEGMENT_HEADER_LEN, SegmentSummary,
 };
-use crate::io::{DataFile, Fs};
+use crate::io::{DataFile, Fs, Holder, Seen};
 
 /// Orders index uses across all segments (for unloading the least recently used).
 static INDEX_CLOCK: AtomicU64 = AtomicU64::new(1);
@@ -84,13 +88,29 @@ pub struct Segment {
     pub base: u64,
     pub path: PathBuf,
     pub index_path: PathBuf,
-    /// The open file. A sealed segment's is closed when the log has more open than
-    /// `OPEN_SEALED_MAX` (least recently used first, `close_file`) and opened again on
-    /// demand: a log of thousands of segments must not hold a descriptor for each (the
-    /// default limit is often 1,024). The active or sealing segment's is never closed.
-    file: RwLock<Option<DataFile>>,
+    /// The open file, opened again on demand when closed. A sealed segment's is closed
+    /// when the log has more open than `OPEN_SEALED_MAX` (least recently used first,
+    /// `close_file`): a log of thousands of segments must not hold a descriptor for each
+    /// (the default limit is often 1,024). Any segment's, the active one's too, is closed
+    /// when the instance's files are over their bound and it is idle and clean (the
+    /// `Holder` impl, `files.rs`): thousands of topics must not hold one each either.
+    file: RwLock<Option<Held>>,
+    /// The active segment's index file, appended by the writer (`write_index`); closed
+    /// like `file`, and for good at the seal (a sealed index is read whole, then closed).
+    index_file: RwLock<Option<Held>>,
     /// When the file was last used (`INDEX_CLOCK`).
     file_used: AtomicU64,
+    /// Set by every use of a file, cleared by the sweep of `OpenFiles` (its CLOCK mark).
+    used: AtomicBool,
+    /// Writes (and truncations) through `file`, counted after each returns, and how many
+    /// of them the last successful sync began after: a file with writes no sync covered
+    /// is never closed (its writeback error would go with the descriptor, see `files.rs`).
+    writes: AtomicU64,
+    synced_writes: AtomicU64,
+    /// Itself, for `OpenFiles` to ask it to close its files (set by `shared`).
+    me: std::sync::Weak<Segment>,
+    /// Its key in `OpenFiles`.
+    key: u64,
     /// Taken out of the log by retention (its files are being deleted): a read that fails
     /// to open it goes on from the log's new start.
     removed: AtomicBool,
@@ -284,6 +304,11 @@ impl Segment {
     /// or appends. Under `defer_visibility` it then shows readers what it covered.
     fn sync_to(&self, end: u64) -> Result<()> {
         let one = self.sync_lock.lock().unwrap_or_else(|e| e.into_inner());
+        self.sync_holding(one, end)
+    }
+
+    /// `sync_to` with its lock taken (`one`).
+    fn sync_holding(&self, one: std::sync::MutexGuard<'_, ()>, end: u64) -> Result<()> {
         self.check_poison()?;
         // Taken before the sync: all of it was written before, so the sync covers it.
         let staged = self.staged.get().map(|s| {
@@ -295,6 +320,7 @@ impl Segment {
             )
         });
         let end = staged.as_ref().map_or(end, |(w, _, _)| w.bytes.max(end));
+        let writes = self.writes_before_sync();
         self.with_file(|f| f.sync_data()).inspect_err(|e| {
             self.sync_failed.store(true, Ordering::Release);
             let _ = self.poison.set(format!("sync failed: {e}"));
@@ -313,6 +339,7 @@ impl Segment {
             _ => None,
         };
         self.synced.fetch_max(end, Ordering::AcqRel);
+        self.synced_writes(writes);
         drop(one);
         if let Some(f) = shown.as_ref().and_then(|v| v.on_visible.get()) {
             f();
@@ -374,6 +401,8 @@ impl Segment {
             Ordering::Relaxed,
         );
         self.sealed.store(true, Ordering::Release);
+        // Read whole from now on (the sealed index was written by name).
+        self.close_index();
     }
 }
 

@@ -33,20 +33,22 @@ impl Segment {
     pub(crate) fn from_spare(
         fs: &Fs,
         dir: &Path,
-        spare: DataFile,
         base: u64,
         now_ms: u64,
         max_body: usize,
         poison: Poison,
     ) -> Result<Segment> {
         let path = dir.join(segment_file_name(base));
-        fs.rename(spare.path(), &path)?;
-        let file = spare.renamed(&path);
+        fs.rename(&dir.join(SPARE_FILE_NAME), &path)?;
+        let file = fs.open(&path)?;
         file.write_all_at(
             &fmt::encode_header(base, now_ms, fmt::FLAG_FOLLOWS_UNSYNCED),
             0,
         )?;
-        Segment::fresh(fs, dir, file, base, max_body, poison)
+        let seg = Segment::fresh(fs, dir, file, base, max_body, poison)?;
+        // Its header's sync is the sealing's: the file stays open until then.
+        seg.note_unsynced_write();
+        Ok(seg)
     }
 
     /// Makes a recycled file (a segment retention deleted, see `RECYCLED_SUFFIX`) the new
@@ -328,12 +330,21 @@ impl Segment {
         max_body: usize,
         poison: Poison,
     ) -> Segment {
+        // What recovery found in an unsealed segment may not be durable yet (an unsynced
+        // tail): its file stays open until a sync covers it.
+        let unsynced = !sealed && s.bytes > SEGMENT_HEADER_LEN as u64;
         Segment {
             base,
             path,
             index_path,
-            file: RwLock::new(file),
+            file: RwLock::new(file.map(|f| Segment::held(fs, f))),
+            index_file: RwLock::new(None),
             file_used: AtomicU64::new(0),
+            used: AtomicBool::new(true),
+            writes: AtomicU64::new(u64::from(unsynced)),
+            synced_writes: AtomicU64::new(0),
+            me: std::sync::Weak::new(),
+            key: fs.open_files().next_key(),
             removed: AtomicBool::new(false),
             sync_failed: AtomicBool::new(false),
             index: RwLock::new(Vec::new()),
@@ -409,8 +420,9 @@ const SPARE_FILE_NAME: &str = "spare.log.next";
 /// for a segment.
 pub(crate) const RECYCLED_SUFFIX: &str = ".recycled";
 
-/// Makes a spare file for the next roll, header synced (off the roll, on a thread).
-pub(crate) fn make_spare(fs: &Fs, dir: &Path) -> Result<DataFile> {
+/// Makes a spare file for the next roll, header synced (off the roll, on a thread), and
+/// closes it (the roll opens it again by name: no descriptor is held until then).
+pub(crate) fn make_spare(fs: &Fs, dir: &Path) -> Result<()> {
     let path = dir.join(SPARE_FILE_NAME);
     fs.remove_file(&path)?;
     let file = fs.create_new(&path)?;
@@ -418,6 +430,5 @@ pub(crate) fn make_spare(fs: &Fs, dir: &Path) -> Result<DataFile> {
         &fmt::encode_header(0, 0, fmt::FLAG_SPARE | fmt::FLAG_FOLLOWS_UNSYNCED),
         0,
     )?;
-    file.sync_data()?;
-    Ok(file)
+    file.sync_data()
 }

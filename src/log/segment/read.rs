@@ -7,48 +7,6 @@
 use super::*;
 
 impl Segment {
-    /// Runs `f` on the segment's file, opening it again if it was closed (`close_file`).
-    pub(crate) fn with_file<R>(&self, f: impl FnOnce(&DataFile) -> Result<R>) -> Result<R> {
-        // Only a sealed file is ever closed: the writer's appends touch no shared clock.
-        if self.is_sealed() {
-            self.file_used.store(
-                INDEX_CLOCK.fetch_add(1, Ordering::Relaxed),
-                Ordering::Relaxed,
-            );
-        }
-        if let Some(file) = read_lock(&self.file).as_ref() {
-            return f(file);
-        }
-        let mut slot = write_lock(&self.file);
-        let file = match slot.take() {
-            Some(file) => file,
-            None => {
-                LOADS.fetch_add(1, Ordering::Relaxed);
-                self.fs.open(&self.path)?
-            }
-        };
-        f(slot.insert(file))
-    }
-
-    /// When a sealed segment's open file was last used; `None` if it is closed, in use
-    /// right now, or the segment is not sealed (its file stays open).
-    pub(crate) fn open_file_used(&self) -> Option<u64> {
-        let slot = self.file.try_read().ok()?;
-        (self.is_sealed() && slot.is_some()).then(|| self.file_used.load(Ordering::Relaxed))
-    }
-
-    /// Closes a sealed segment's file (opened again when next used). Never waits: a file
-    /// in use right now was used recently.
-    pub(crate) fn close_file(&self) {
-        if self.is_sealed()
-            && let Ok(mut slot) = self.file.try_write()
-        {
-            *slot = None;
-            // And what the last read had read ahead: memory stays bounded like descriptors.
-            self.resume.lock().unwrap_or_else(|e| e.into_inner()).ahead = Bytes::new();
-        }
-    }
-
     /// Whether the last read left bytes read ahead.
     #[cfg(test)]
     pub(crate) fn holds_read_ahead(&self) -> bool {
