@@ -174,7 +174,7 @@ mod tests {
     #[test]
     fn a_tailing_reader_and_the_writer_go_on_while_their_files_close() {
         use crate::io::Holder;
-        use std::sync::atomic::AtomicBool;
+        use std::sync::atomic::{AtomicBool, AtomicUsize};
         for cfg in [
             always_cfg(),
             LogConfig {
@@ -186,18 +186,19 @@ mod tests {
             let mut log = TopicLog::open(&Fs::real(), tmp.path(), cfg, 0).expect("open");
             let reader = log.reader().clone();
             let done = Arc::new(AtomicBool::new(false));
+            let closes = Arc::new(AtomicUsize::new(0));
             let closer = {
-                let (reader, done) = (reader.clone(), done.clone());
+                let (reader, done, closes) = (reader.clone(), done.clone(), closes.clone());
                 std::thread::spawn(move || {
-                    let mut closed = 0;
                     while !done.load(Ordering::Acquire) {
                         for seg in reader.snapshot() {
                             seg.release();
-                            closed += usize::from(seg.holds_files() == 0);
+                            if seg.holds_files() == 0 {
+                                closes.fetch_add(1, Ordering::AcqRel);
+                            }
                         }
                         std::thread::yield_now();
                     }
-                    closed
                 })
             };
             let tail = {
@@ -217,14 +218,28 @@ mod tests {
                     }
                 })
             };
-            for _ in 0..300 {
+            for i in 0..300 {
                 append(&mut log, 1);
                 log.sync().expect("sync");
+                // Every 50 records, until the closer has closed the files once more: the
+                // closes interleave with the writes however the threads are scheduled (a
+                // loaded machine may not run the closer at all otherwise).
+                if i % 50 == 49 {
+                    let seen = closes.load(Ordering::Acquire);
+                    let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+                    while closes.load(Ordering::Acquire) == seen {
+                        assert!(std::time::Instant::now() < until, "the closer never closed");
+                        std::thread::yield_now();
+                    }
+                }
             }
             done.store(true, Ordering::Release);
-            let closed = closer.join().expect("closer");
+            closer.join().expect("closer");
             assert_eq!(tail.join().expect("reader"), 300);
-            assert!(closed > 0, "the files were closed at times");
+            assert!(
+                closes.load(Ordering::Acquire) >= 6,
+                "the files were closed at times"
+            );
             drop(log);
             let log = TopicLog::open(&Fs::real(), tmp.path(), cfg, 0).expect("reopen");
             assert_eq!(log.next(), 300);

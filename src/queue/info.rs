@@ -104,8 +104,9 @@ pub struct GroupInfo {
     pub counts: GroupCounts,
 }
 
-/// What a group did since this instance opened: in memory only, so a reopen starts from
-/// zero (as a Prometheus counter may). Kept across resets.
+/// What a group did since this instance opened: in memory only, so a reopen (or an
+/// instance opened from a snapshot) starts from zero, as a Prometheus counter may. Not
+/// part of the group's durable state; kept across resets.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct GroupCounts {
