@@ -630,3 +630,34 @@ async fn a_client_reconnects_after_its_owner_restarted() {
     assert_eq!(next, 2, "the new owner's state");
     mq.close().await.expect("close");
 }
+
+/// A `fetch` through the owner answers at most about 8 MiB (but always its first record),
+/// so that no answer holds much of the owner's memory; a reader asks again for the rest.
+#[tokio::test]
+async fn a_fetch_answer_stays_small_and_the_rest_comes_by_asking_again() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mq = open(tmp.path(), "Max Message Bytes=16777216");
+    for i in 0..3u8 {
+        mq.publish("big", vec![i; 5 << 20], &Headers::new())
+            .await
+            .expect("publish");
+    }
+    let dir = tmp.path().to_owned();
+    let got = tokio::task::spawn_blocking(move || {
+        let client = connect(&dir);
+        let mut sizes = Vec::new();
+        let mut from = 0;
+        while from < 3 {
+            let records = client.fetch("big", from, 10).expect("fetch");
+            sizes.push(records.len());
+            from = records.last().expect("a record").offset() + 1;
+        }
+        sizes
+    });
+    assert_eq!(
+        got.await.expect("join"),
+        [1, 1, 1],
+        "5 MiB each: one an answer"
+    );
+    mq.close().await.expect("close");
+}

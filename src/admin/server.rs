@@ -33,6 +33,7 @@ use super::protocol::{
     WireError, decode, read_frame_body, read_frame_len, write_frame,
 };
 use super::socket_path::{self, Placement};
+use super::wire_batch::MAX_BATCH_ITEMS;
 use crate::error::{Error, Result};
 use crate::io::private;
 
@@ -45,10 +46,25 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Each write of an answer must go through this soon.
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Bytes of large requests held at once over all connections. A request above
-/// [`SMALL_FRAME_BYTES`] takes twice its frame's length (the frame, and the payloads
-/// decoded from it) from when its length is read until it is answered: two requests of
-/// the largest frame fit at once.
-pub const MAX_INFLIGHT_BYTES: usize = 4 * MAX_FRAME_BYTES;
+/// [`SMALL_FRAME_BYTES`] takes [`held_for`] its frame's length (the frame, the payloads
+/// decoded from it, and the structures of its messages and headers) from when its length
+/// is read until it is answered: two requests of the largest frame fit at once.
+pub const MAX_INFLIGHT_BYTES: usize = 2 * held_for(MAX_FRAME_BYTES);
+
+/// What one decoded message or header costs in memory beyond its bytes (a map entry, two
+/// `String`s, allocator overhead), for the budget.
+const ITEM_BYTES: usize = 96;
+
+/// The budget a frame of `len` bytes takes: its bytes twice, and the items it can hold
+/// (at least 2 bytes each on the wire, at most `MAX_BATCH_ITEMS`).
+pub const fn held_for(len: usize) -> usize {
+    let items = if len / 2 < MAX_BATCH_ITEMS {
+        len / 2
+    } else {
+        MAX_BATCH_ITEMS
+    };
+    2 * len + ITEM_BYTES * items
+}
 /// Frames up to this size take nothing from [`MAX_INFLIGHT_BYTES`] (at most
 /// [`MAX_CONNECTIONS`] of them are held at once), so large requests never keep out a
 /// `topics` or a `reset`.
@@ -347,7 +363,7 @@ fn next_frame<'s>(
     let read = read_frame_len(&mut r, max).and_then(|len| {
         let held = match len as usize > SMALL_FRAME_BYTES {
             false => None,
-            true => match shared.hold(2 * len as usize) {
+            true => match shared.hold(held_for(len as usize)) {
                 Some(h) => Some(h),
                 None => return Ok(None),
             },

@@ -101,11 +101,16 @@ async fn dispatch(e: &Embedded, request: Request) -> Result<Response> {
     })
 }
 
+/// The size a `fetch` answer stops at (but for its first record): answers are not
+/// counted in the endpoint's in-flight budget, so each stays small (16 connections hold
+/// at most 16 of them), and a reader asks again for more.
+const FETCH_ANSWER_BYTES: usize = 8 << 20;
+
 /// Up to `max` records from `from`, read in steps, stopping before the answer would pass
-/// the frame's limit (at least one record, if there is one). A record too large for any
-/// frame is an error rather than an answer that cannot be sent.
+/// [`FETCH_ANSWER_BYTES`] (at least one record, if there is one). A record too large for
+/// any frame is an error rather than an answer that cannot be sent.
 async fn fetch(e: &Embedded, topic: &str, from: u64, max: u64) -> Result<Vec<WireRecord>> {
-    let budget = crate::admin::protocol::MAX_FRAME_BYTES - 4096;
+    let frame = crate::admin::protocol::MAX_FRAME_BYTES - 4096;
     let max = usize::try_from(max).unwrap_or(usize::MAX);
     let (mut out, mut bytes, mut next) = (Vec::new(), 0usize, from);
     while out.len() < max {
@@ -114,6 +119,11 @@ async fn fetch(e: &Embedded, topic: &str, from: u64, max: u64) -> Result<Vec<Wir
         let short = step.len() < want;
         for r in step {
             let size = WireRecord::size_hint(&r);
+            let budget = if out.is_empty() {
+                frame
+            } else {
+                FETCH_ANSWER_BYTES
+            };
             if bytes + size > budget {
                 if out.is_empty() {
                     return Err(Error::Unsupported {
