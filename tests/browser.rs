@@ -10,6 +10,7 @@
 //! `SPOOL_REQUIRE_BROWSER=1` (set by `.ci/run`) makes that a failure instead.
 
 mod common_cli;
+mod common_serve;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
@@ -20,6 +21,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use common_cli::prepare;
+use common_serve::Served;
 use fantoccini::{Client, ClientBuilder, Locator};
 use hyper_util::client::legacy::connect::HttpConnector;
 use serde_json::{Value, json};
@@ -55,14 +57,16 @@ async fn the_page(driver_path: PathBuf, browser_path: PathBuf) {
         .expect("join");
     // The application holds the directory; `spool serve` goes through its admin endpoint.
     let mq = spool::Spool::open(&format!("Data Source={}", d.display())).expect("open");
-    let served = tokio::task::spawn_blocking(move || Served::start(&d))
+    let served = tokio::task::spawn_blocking(move || Served::start(&d, &[]))
         .await
         .expect("join");
     let driver = tokio::task::spawn_blocking(move || Driver::start(&driver_path))
         .await
         .expect("join");
     let page = browse(&driver, &browser_path).await;
-    page.goto(&served.base).await.expect("open the page");
+    page.goto(&format!("{}/", served.base))
+        .await
+        .expect("open the page");
 
     let info = mq.group_info("orders", "workers").expect("group_info");
     assert_eq!((info.cursor, info.lag), (3, 3), "the prepared state");
@@ -331,53 +335,6 @@ impl Drop for Driver {
     fn drop(&mut self) {
         let group = rustix::process::Pid::from_child(&self.child);
         let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
-        let _ = self.child.wait();
-    }
-}
-
-/// A running `spool serve` and the address it printed (as in `tests/serve.rs`).
-struct Served {
-    child: Child,
-    base: String,
-}
-
-impl Served {
-    fn start(data: &Path) -> Served {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_spool"))
-            .args(["--data", data.to_str().expect("utf-8")])
-            .args(["serve", "--listen", "127.0.0.1:0"])
-            .env_remove("SPOOL_DATA")
-            .env_remove("RUST_LOG")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start spool serve");
-        let mut line = String::new();
-        let out = child.stdout.take().expect("stdout");
-        BufReader::new(out)
-            .read_line(&mut line)
-            .expect("first line");
-        let base = line
-            .split_whitespace()
-            .find(|w| w.starts_with("http://"))
-            .unwrap_or_else(|| panic!("no address in {line:?}"))
-            .to_owned();
-        Served { child, base }
-    }
-
-    /// Stops it as Ctrl-C does, and says how it ended.
-    fn stop(mut self) -> i32 {
-        let pid = rustix::process::Pid::from_child(&self.child);
-        rustix::process::kill_process(pid, rustix::process::Signal::INT).expect("SIGINT");
-        let status = self.child.wait().expect("wait");
-        status.code().unwrap_or(-1)
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
         let _ = self.child.wait();
     }
 }
