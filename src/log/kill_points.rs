@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
-use super::append::PREALLOCATE_BYTES;
+use super::append::{PREALLOCATE_BYTES, PREALLOCATE_MIN_BYTES};
 use super::test_support::{append_all, append_one};
 use super::{LogConfig, TopicLog, segment};
 use crate::format::Headers;
@@ -337,6 +337,8 @@ fn fresh_files_are_zeroed_a_mib_ahead() {
         let dir = Path::new("/t");
         let mut log = TopicLog::open(&fs, dir, cfg, 0).expect("open");
         let mut prev: Option<(u64, u64)> = None;
+        // The zeros ahead start small and double at each extension (`preallocate`).
+        let mut step = PREALLOCATE_MIN_BYTES;
         for len in [
             100usize, 1_500_000, 10, 2_000_000, 10, 300_000, 300_000, 300_000,
         ] {
@@ -347,11 +349,8 @@ fn fresh_files_are_zeroed_a_mib_ahead() {
             let end = seg.written().bytes;
             let grew = prev.is_none_or(|(b, l)| b != seg.base || l != flen);
             if grew {
-                assert_eq!(
-                    flen,
-                    end.max((end + PREALLOCATE_BYTES).min(s)),
-                    "s={s} len={len}"
-                );
+                assert_eq!(flen, end.max((end + step).min(s)), "s={s} len={len}");
+                step = (step * 2).min(PREALLOCATE_BYTES);
             }
             assert!(
                 bytes[end as usize..].iter().all(|&b| b == 0),

@@ -133,6 +133,10 @@ pub struct TopicLog {
     /// Length of the active segment file: zeros are written ahead of the records so that
     /// a sync after an append only flushes data, not a size change (see `flush`).
     allocated: u64,
+    /// How many zeros the next extension writes ahead: from `PREALLOCATE_MIN_BYTES`,
+    /// doubled at each extension up to `PREALLOCATE_BYTES`, so that the zeros ahead of a
+    /// quiet topic stay small and a busy one soon gets the full run (see `preallocate`).
+    preallocate_step: u64,
     /// Where the old records end in an active segment reused from a kept file (0: none
     /// are left). Below it, each write of records is preceded by zeros over its range and
     /// a frame header past it: the old bytes at the end of the new records could hold a

@@ -177,6 +177,7 @@ impl TopicLog {
             last_entry: entries.last().map(|e| e.position),
             index_count: entries.len() as u64,
             allocated,
+            preallocate_step: append::PREALLOCATE_MIN_BYTES,
             // Open truncated any old records off the active segment (its scan stops at
             // the zeros after the last write).
             stale_until: 0,
