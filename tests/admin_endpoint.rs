@@ -4,6 +4,8 @@
 //! data directory too long for a socket address still serves (through a pointer), a dead
 //! owner's socket does not stop the next owner, and no hostile client stalls the owner.
 
+mod common_core;
+
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
@@ -11,12 +13,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common_core::{open_at, publish_n};
 use spool::admin::Client;
 use spool::{Error, Headers, OffsetReset, Spool};
-
-fn open(dir: &Path, extra: &str) -> Spool {
-    Spool::open(&format!("Data Source={};{extra}", dir.display())).expect("open")
-}
 
 fn connect(dir: &Path) -> Client {
     Client::connect(dir)
@@ -24,18 +23,10 @@ fn connect(dir: &Path) -> Client {
         .expect("a live instance serves its directory")
 }
 
-async fn publish_n(mq: &Spool, topic: &str, n: usize) {
-    for i in 0..n {
-        mq.publish(topic, format!("m{i}").into_bytes(), &Headers::new())
-            .await
-            .expect("publish");
-    }
-}
-
 #[tokio::test]
 async fn a_live_instance_answers_and_changes_through_the_client() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let mq = open(tmp.path(), "");
+    let mq = open_at(tmp.path(), "");
     publish_n(&mq, "orders", 3).await;
     let mut c = mq
         .consumer("orders", "billing")
@@ -128,7 +119,7 @@ async fn a_live_instance_answers_and_changes_through_the_client() {
     assert!(!sock.exists(), "close removes the socket");
     assert!(Client::connect(tmp.path()).expect("connect").is_none());
     assert!(client.topics().is_err(), "a client of a closed owner fails");
-    let copy = open(&snap, "Admin=Off");
+    let copy = open_at(&snap, "Admin=Off");
     assert_eq!(copy.topic_info("orders").expect("info").next, 6);
     copy.close().await.expect("close copy");
     std::fs::remove_dir_all(&snap).expect("cleanup");
@@ -137,7 +128,7 @@ async fn a_live_instance_answers_and_changes_through_the_client() {
 #[tokio::test]
 async fn a_reset_through_the_client_reaches_a_running_consumer() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let mq = open(tmp.path(), "");
+    let mq = open_at(tmp.path(), "");
     publish_n(&mq, "t", 5).await;
     let mut c = mq
         .consumer("t", "g")
@@ -171,12 +162,12 @@ async fn a_reset_through_the_client_reaches_a_running_consumer() {
 #[tokio::test]
 async fn admin_off_serves_nothing_and_a_second_open_is_still_locked() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let mq = open(tmp.path(), "Admin=Off");
+    let mq = open_at(tmp.path(), "Admin=Off");
     assert!(Client::connect(tmp.path()).expect("connect").is_none());
     assert!(!tmp.path().join("admin.sock").exists());
     mq.close().await.expect("close");
 
-    let mq = open(tmp.path(), "Admin=On");
+    let mq = open_at(tmp.path(), "Admin=On");
     assert!(Client::connect(tmp.path()).expect("connect").is_some());
     let second = Spool::open(&format!("Data Source={}", tmp.path().display()));
     assert!(matches!(second, Err(Error::Locked { .. })), "{second:?}");
@@ -198,7 +189,7 @@ async fn admin_off_serves_nothing_and_a_second_open_is_still_locked() {
 async fn a_directory_too_long_for_a_socket_address_serves_through_a_pointer() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path().join("d".repeat(60)).join("e".repeat(60));
-    let mq = open(&dir, "");
+    let mq = open_at(&dir, "");
     publish_n(&mq, "t", 2).await;
     let pointer = dir.join("admin.sock.path");
     let target = PathBuf::from(
@@ -267,7 +258,7 @@ const ERROR_VARIANT: u8 = 1;
 #[tokio::test]
 async fn garbage_huge_frames_and_silence_get_an_error_or_a_close_and_stall_nothing() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let mq = open(tmp.path(), "");
+    let mq = open_at(tmp.path(), "");
     let sock = tmp.path().join("admin.sock");
 
     // Garbage instead of a hello.
@@ -338,7 +329,7 @@ async fn garbage_huge_frames_and_silence_get_an_error_or_a_close_and_stall_nothi
 #[tokio::test]
 async fn garbage_after_the_hello_is_answered_and_closed() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let mq = open(tmp.path(), "");
+    let mq = open_at(tmp.path(), "");
     let client = connect(tmp.path());
     // A valid hello through a real client first, then a raw one that follows it with a
     // request no version has (variant 200).
@@ -409,7 +400,7 @@ fn said_hello(sock: &Path) -> UnixStream {
 async fn requests_that_would_cost_the_owner_much_memory_are_refused() {
     use spool::admin::limits::{MAX_BATCH_ITEMS, MAX_FRAME_BYTES, MAX_INFLIGHT_BYTES};
     let tmp = tempfile::tempdir().expect("tempdir");
-    let mq = open(tmp.path(), "");
+    let mq = open_at(tmp.path(), "");
     owner_is_not_stalled(&mq, tmp.path(), 0).await;
     let sock = tmp.path().join("admin.sock");
 
@@ -520,7 +511,7 @@ async fn a_killed_owners_socket_does_not_stop_the_next_owner() {
         Client::connect(tmp.path()).expect("connect").is_none(),
         "nobody listens"
     );
-    let mq = open(tmp.path(), "");
+    let mq = open_at(tmp.path(), "");
     publish_n(&mq, "t", 1).await;
     assert_eq!(connect(tmp.path()).topic_info("t").expect("info").next, 1);
     mq.close().await.expect("close");
@@ -580,7 +571,7 @@ async fn another_users_connection_is_refused_even_when_the_mode_lets_it_in() {
     std::fs::copy(std::env::current_exe().expect("current exe"), &exe).expect("copy");
     open_mode(&exe, 0o755);
     let data = tmp.path().join("data");
-    let mq = open(&data, "");
+    let mq = open_at(&data, "");
     let sock = data.join("admin.sock");
     open_mode(&data, 0o755);
     open_mode(&sock, 0o666);
@@ -615,12 +606,12 @@ async fn another_users_connection_is_refused_even_when_the_mode_lets_it_in() {
 #[tokio::test]
 async fn a_client_reconnects_after_its_owner_restarted() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let mq = open(tmp.path(), "");
+    let mq = open_at(tmp.path(), "");
     publish_n(&mq, "t", 1).await;
     let client = connect(tmp.path());
     assert_eq!(client.topic_info("t").expect("info").next, 1);
     mq.close().await.expect("close");
-    let mq = open(tmp.path(), "");
+    let mq = open_at(tmp.path(), "");
     publish_n(&mq, "t", 1).await;
     let first = client.topic_info("t");
     let next = match first {
@@ -636,7 +627,7 @@ async fn a_client_reconnects_after_its_owner_restarted() {
 #[tokio::test]
 async fn a_fetch_answer_stays_small_and_the_rest_comes_by_asking_again() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let mq = open(tmp.path(), "Max Message Bytes=16777216");
+    let mq = open_at(tmp.path(), "Max Message Bytes=16777216");
     for i in 0..3u8 {
         mq.publish("big", vec![i; 5 << 20], &Headers::new())
             .await

@@ -2,26 +2,16 @@
 //! every topic and group, what each group did since open (delivered, redelivered, acked,
 //! nacked, expired), and the process's sync latencies; the same through a live owner.
 
+mod common_core;
+
 use std::time::Duration;
 
-use spool::{Headers, Spool};
-
-fn open(dir: &std::path::Path, extra: &str) -> Spool {
-    Spool::open(&format!("Data Source={};{extra}", dir.display())).expect("open")
-}
-
-async fn publish_n(mq: &Spool, topic: &str, n: usize) {
-    for i in 0..n {
-        mq.publish(topic, format!("m{i}").into_bytes(), &Headers::new())
-            .await
-            .expect("publish");
-    }
-}
+use common_core::{open_at, publish_n};
 
 #[tokio::test]
 async fn counts_follow_what_the_consumers_did() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let mq = open(tmp.path(), "Max Delivery Attempts=5");
+    let mq = open_at(tmp.path(), "Max Delivery Attempts=5");
     publish_n(&mq, "orders", 6).await;
     let mut c = mq
         .consumer("orders", "manual")
@@ -82,7 +72,7 @@ async fn counts_follow_what_the_consumers_did() {
 #[tokio::test]
 async fn an_expired_delivery_is_counted_and_redelivered() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let mq = open(tmp.path(), "");
+    let mq = open_at(tmp.path(), "");
     publish_n(&mq, "jobs", 1).await;
     let mut c = mq
         .consumer("jobs", "w")
@@ -119,7 +109,7 @@ async fn syncs_are_timed_and_a_live_owner_reports_the_same_figures() {
         .metrics()
         .expect("metrics")
         .syncs;
-    let mq = open(tmp.path(), "Sync=Always");
+    let mq = open_at(tmp.path(), "Sync=Always");
     publish_n(&mq, "t", 3).await;
     let m = mq.metrics().expect("metrics");
     assert!(

@@ -31,6 +31,20 @@ pub fn open(options: &Options) -> Spool {
     Spool::open_with(options.clone()).expect("open")
 }
 
+/// Opens `dir` with a connection string: `Data Source=<dir>;<extra>`.
+pub fn open_at(dir: &Path, extra: &str) -> Spool {
+    Spool::open(&format!("Data Source={};{extra}", dir.display())).expect("open")
+}
+
+/// Publishes `m0`, `m1`, ... `m<n-1>` to `topic`, without headers.
+pub async fn publish_n(mq: &Spool, topic: &str, n: usize) {
+    for i in 0..n {
+        mq.publish(topic, format!("m{i}").into_bytes(), &Headers::new())
+            .await
+            .expect("publish");
+    }
+}
+
 /// Headers from `(key, value)` pairs.
 pub fn headers(pairs: &[(&str, &str)]) -> Headers {
     pairs
