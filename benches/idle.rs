@@ -1,7 +1,8 @@
 //! What an idle instance costs (issue 31 point 5): CPU time per 5 s of an instance whose
 //! topics hold one record each and nobody publishes or consumes, for 1, 100, 1,000 and
 //! 5,000 topics, with no group and with one idle group per topic; and the descriptors the
-//! process holds then (counted in `/proc/self/fd`).
+//! process holds then (counted in `/proc/self/fd`); and the disk that quiet topics take
+//! under `Sync=Always`, where each active segment gets zeros ahead of its records.
 //!
 //! `cargo bench --bench idle`, at the default limit on open files: the instance keeps at
 //! most `OPEN_FILES_MAX` (512) segment files open whatever the number of topics (idle
@@ -74,8 +75,45 @@ async fn idle_cost(topics: usize, with_groups: bool) -> (Duration, usize, usize)
     (spent, descriptors, reopened)
 }
 
+/// Disk blocks (KiB) under `dir`, as `du -sk` counts them.
+fn disk_kib(dir: &std::path::Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let mut kib = 0;
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let Ok(m) = e.metadata() else { continue };
+        kib += m.blocks() / 2;
+        if m.is_dir() {
+            kib += disk_kib(&e.path());
+        }
+    }
+    kib
+}
+
+/// Disk taken by `topics` topics of one 1 KiB record each, under `Sync=Always`.
+async fn quiet_disk(topics: usize) -> u64 {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let o = Options {
+        sync: SyncPolicy::Always,
+        ..Options::new(dir.path())
+    };
+    let mq = Spool::open_with(o).expect("open");
+    for i in 0..topics {
+        let topic = format!("t{i}");
+        mq.publish(&topic, vec![1u8; 1024], &Headers::new())
+            .await
+            .expect("publish");
+    }
+    let kib = disk_kib(dir.path());
+    mq.close().await.expect("close");
+    kib
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
+    for topics in [1usize, 1_000] {
+        let kib = quiet_disk(topics).await;
+        println!("Sync=Always, {topics:>5} topics of one 1 KiB record: {kib} KiB on disk");
+    }
     let limit = open_files_limit();
     println!("CPU time of an idle instance per {IDLE:?} (open-files limit {limit})");
     println!(

@@ -335,10 +335,10 @@ impl Client {
                 .map(|(p, h)| (Payload(p.into()), h))
                 .collect(),
         );
-        if messages.items() > MAX_BATCH_ITEMS {
+        let items = messages.items();
+        if items > MAX_BATCH_ITEMS {
             let what = format!(
-                "a batch of {} messages and headers is more than one request carries ({MAX_BATCH_ITEMS}); split it",
-                messages.items()
+                "a batch of {items} messages and headers is more than one request carries ({MAX_BATCH_ITEMS}); split it"
             );
             let e = std::io::Error::new(std::io::ErrorKind::InvalidInput, what);
             return Err(transport(
