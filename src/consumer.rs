@@ -179,7 +179,8 @@ impl Consumer {
     /// deadline passed: `DeliveryExpired`) changes nothing, and every other one is acked
     /// all the same. The call then returns the error of the first such delivery, in the
     /// order given, once the others are durable. A failed commit returns its error
-    /// instead, and none of the acks may be durable.
+    /// instead: some or all of the acks may not be durable (with several groups, each
+    /// group's commit on its own).
     ///
     /// Deliveries of another consumer, or another group, may be among them: each is acked
     /// in its own group (groups taken together usually share the commit).
@@ -199,8 +200,9 @@ impl Consumer {
     ///
     /// Partial failure follows [`Consumer::ack_all`]: a stale or expired delivery changes
     /// nothing, every other one is nacked, and the call returns the first such error
-    /// (no outcomes). A failed commit (or dead-letter copy) returns its error: the
-    /// deliveries it concerned are delivered again without an attempt counted.
+    /// (no outcomes). A failed commit returns its error: every delivery of the batch not
+    /// yet nacked is delivered again without an attempt counted (those at the limit too).
+    /// A failed dead-letter copy concerns its own delivery only.
     pub async fn nack_all(
         &self,
         deliveries: Vec<Delivery>,

@@ -35,6 +35,10 @@ pub struct AckWatch {
     /// application is still making acks it will await together (a `join_all`), so the
     /// committer waits a little for them before it takes the group images (`linger`).
     unpolled: AtomicUsize,
+    /// Acks counted by `ack_made` ever: a round lingers only if some were made since the
+    /// last, so a future held unpolled for long (or forgotten) costs one round's wait,
+    /// not every round's.
+    made: AtomicU64,
     /// Commits that succeeded (doc-hidden `Spool::catalog_commits`, for tests).
     commits: AtomicU64,
 }
@@ -57,6 +61,7 @@ impl AckWatch {
             failures: Mutex::new(Vec::new()),
             waiters: Parked::default(),
             unpolled: AtomicUsize::new(0),
+            made: AtomicU64::new(0),
             commits: AtomicU64::new(0),
         }
     }
@@ -64,8 +69,14 @@ impl AckWatch {
     /// Counts a durable ack about to be made whose future is not polled yet, until the
     /// returned guard is dropped (at the future's first poll, or with the future).
     pub fn ack_made(self: &Arc<Self>) -> AckMade {
-        self.unpolled.fetch_add(1, Ordering::SeqCst);
-        AckMade(self.clone())
+        // Relaxed: the ack then queues its group's image through the committer's channel,
+        // which orders these before the committer's look.
+        self.unpolled.fetch_add(1, Ordering::Relaxed);
+        self.made.fetch_add(1, Ordering::Relaxed);
+        AckMade {
+            watch: self.clone(),
+            counted: true,
+        }
     }
 
     /// Commits that succeeded since the catalog was opened.
@@ -78,14 +89,14 @@ impl AckWatch {
     /// Futures awaited one at a time (the first, then the rest) stop the wait after one
     /// quiet spell: the rest are polled only once the first is decided.
     fn linger(&self, until: Instant) {
-        let mut seen = self.unpolled.load(Ordering::SeqCst);
+        let mut seen = self.unpolled.load(Ordering::Acquire);
         let mut moved = Instant::now();
         while seen > 0 {
             // Gaps are microseconds: yielding (not parking, whose wake-up alone can take
             // 50 us) lets the thread making the acks run on this CPU if it shares it.
             std::thread::yield_now();
             let now = Instant::now();
-            let n = self.unpolled.load(Ordering::SeqCst);
+            let n = self.unpolled.load(Ordering::Acquire);
             if n != seen {
                 (seen, moved) = (n, now);
             } else if now >= until || now - moved >= LINGER_QUIET {
@@ -142,13 +153,27 @@ impl AckWatch {
     }
 }
 
-/// A durable ack made whose future has not been polled yet (see [`AckWatch::ack_made`]).
+/// A durable ack made whose future has not been polled yet (see [`AckWatch::ack_made`]);
+/// also the ack's way to the watch it waits on (one `Arc` per ack).
 #[derive(Debug)]
-pub struct AckMade(Arc<AckWatch>);
+pub struct AckMade {
+    watch: Arc<AckWatch>,
+    counted: bool,
+}
+
+impl AckMade {
+    /// The ack's future was polled: no longer counted. Returns the watch to wait on.
+    pub fn polled(&mut self) -> &AckWatch {
+        if std::mem::replace(&mut self.counted, false) {
+            self.watch.unpolled.fetch_sub(1, Ordering::Release);
+        }
+        &self.watch
+    }
+}
 
 impl Drop for AckMade {
     fn drop(&mut self) {
-        self.0.unpolled.fetch_sub(1, Ordering::SeqCst);
+        self.polled();
     }
 }
 
@@ -212,9 +237,11 @@ pub(super) fn run_committer(db: &Database, rx: &mpsc::Receiver<Msg>, acks: &AckW
         // futures are polled right after the last is made, so wait (briefly) for that
         // before the images are taken. The publish path's sync thread waits likewise for
         // the publishers it woke (`runtime/syncer.rs`).
-        if acks.unpolled.load(Ordering::SeqCst) > 0 {
+        let made = acks.made.load(Ordering::Relaxed);
+        if made != c.made_seen && acks.unpolled.load(Ordering::Acquire) > 0 {
             acks.linger(Instant::now() + c.linger_bound());
         }
+        c.made_seen = made;
         let noted = acks.issued.load(Ordering::SeqCst);
         msgs.extend(rx.try_iter());
         c.round(db, rx, acks, msgs, noted);
@@ -240,6 +267,8 @@ struct Committer {
     failed_upto: u64,
     /// How long the last commit took (`None` before the first).
     last_commit: Option<Duration>,
+    /// `AckWatch::made` as the last round saw it.
+    made_seen: u64,
 }
 
 impl Committer {

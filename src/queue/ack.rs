@@ -146,21 +146,16 @@ impl Engine {
         refused: &mut Vec<(usize, Error)>,
     ) -> Result<Option<u64>> {
         let mut g = r.group.lock();
+        // Deadlines once, first (as `nack_deliveries`): an expired delivery is taken back
+        // now, and its ticket is then stale (the caller reports it as expired).
+        self.expire_due(&r.topic, &r.name, &mut g);
         let mut acked = false;
         for (i, &ticket) in tickets.iter().enumerate() {
-            if !g.deadlines.is_empty()
-                && let Err(e) = self.refuse_expired(r, &mut g, ticket)
-            {
-                refused.push((i, e));
-            } else if finish_held(&mut g, ticket) {
+            if finish_held(&mut g, ticket) {
                 acked = true;
             } else {
-                refused.push((
-                    i,
-                    Error::StaleDelivery {
-                        offset: ticket.offset,
-                    },
-                ));
+                let offset = ticket.offset;
+                refused.push((i, Error::StaleDelivery { offset }));
             }
         }
         if !acked {

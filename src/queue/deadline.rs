@@ -55,6 +55,19 @@ impl Engine {
         Err(expired(r, ticket.offset))
     }
 
+    /// Whether `ticket` still holds its offset: `DeliveryExpired` if its deadline passed
+    /// (taken back first), `StaleDelivery` if it no longer holds it (a reset, a
+    /// redelivery). The one check before an ack, nack or extension changes anything.
+    pub(super) fn check_held(&self, r: &GroupRef, g: &mut Group, ticket: Ticket) -> Result<()> {
+        self.refuse_expired(r, g, ticket)?;
+        match g.holds(ticket.offset, ticket.epoch, ticket.token) {
+            true => Ok(()),
+            false => Err(Error::StaleDelivery {
+                offset: ticket.offset,
+            }),
+        }
+    }
+
     /// Restarts `ticket`'s deadline: it now ends `deadline` from now. Fails with
     /// `DeliveryExpired` if it passed, `StaleDelivery` if the delivery is no longer out.
     pub fn extend_deadline(
@@ -64,12 +77,7 @@ impl Engine {
         deadline: Duration,
     ) -> Result<Instant> {
         let mut g = r.group.lock();
-        self.refuse_expired(r, &mut g, ticket)?;
-        if !g.holds(ticket.offset, ticket.epoch, ticket.token) {
-            return Err(Error::StaleDelivery {
-                offset: ticket.offset,
-            });
-        }
+        self.check_held(r, &mut g, ticket)?;
         let at = Instant::now() + deadline;
         g.deadlines.insert(ticket.offset, at);
         g.check();

@@ -26,12 +26,7 @@ impl Engine {
         now_ms: u64,
     ) -> Result<NackOutcome> {
         let mut g = r.group.lock();
-        self.refuse_expired(r, &mut g, ticket)?;
-        if !g.holds(ticket.offset, ticket.epoch, ticket.token) {
-            return Err(Error::StaleDelivery {
-                offset: ticket.offset,
-            });
-        }
+        self.check_held(r, &mut g, ticket)?;
         g.take_out(ticket.offset);
         let failure = Failure { reason, delay };
         let outcome = self.nack_taken(&r.topic, &r.name, &mut g, ticket.offset, failure, now_ms);
@@ -53,36 +48,51 @@ impl Engine {
         now_ms: u64,
     ) -> Vec<Result<NackOutcome>> {
         let mut g = r.group.lock();
+        // Deadlines once, first: a delivery of the batch that expired is taken back now
+        // (its ticket is then stale, reported as expired), never between two tickets,
+        // where it could take back one already sorted and have it nacked twice.
+        self.expire_due(&r.topic, &r.name, &mut g);
         let mut out: Vec<Result<NackOutcome>> = Vec::with_capacity(tickets.len());
         let (mut redeliver, mut exhausted) = (Vec::new(), Vec::new());
         let dlq = self.dead_letter_topic(&r.topic.name);
         for &t in tickets {
-            if let Err(e) = self.refuse_expired(r, &mut g, t) {
-                out.push(Err(e));
-            } else if !g.holds(t.offset, t.epoch, t.token) {
-                out.push(Err(Error::StaleDelivery { offset: t.offset }));
-            } else {
-                let at_limit = g.attempt_of(t.offset) >= self.opts.max_delivery_attempts;
-                match dlq.is_some() && at_limit {
-                    true => exhausted.push((out.len(), t.offset)),
-                    false => redeliver.push((out.len(), t.offset)),
-                }
-                // Filled in below.
-                out.push(Err(Error::StaleDelivery { offset: t.offset }));
+            // Filled in below for those held.
+            out.push(Err(Error::StaleDelivery { offset: t.offset }));
+            if !g.holds(t.offset, t.epoch, t.token) {
+                continue;
+            }
+            let at_limit = g.attempt_of(t.offset) >= self.opts.max_delivery_attempts;
+            match dlq.is_some() && at_limit {
+                true => exhausted.push((out.len() - 1, t.offset)),
+                false => redeliver.push((out.len() - 1, t.offset)),
             }
         }
         let failure = Failure::backoff(reason);
-        if let Err(e) =
-            self.nack_batch_redelivered(r, &mut g, &redeliver, failure, now_ms, &mut out)
-        {
-            // As after a failed single nack: nothing counted, and the rest stay deliverable.
-            for &(i, o) in &exhausted {
-                g.take_out(o);
-                g.wait_again(o, 0);
-                out[i] = Err(same_failure(&e));
+        // Those redelivered first, in one commit; those at the limit stay out meanwhile
+        // (so the cursor cannot pass them), then go as a single nack's would.
+        let offsets: Vec<u64> = redeliver.iter().map(|&(_, o)| o).collect();
+        for &o in &offsets {
+            g.take_out(o);
+        }
+        match self.redeliver(&r.topic, &r.name, &mut g, &offsets, failure, now_ms) {
+            Ok(outcomes) => {
+                for (&(i, _), o) in redeliver.iter().zip(outcomes) {
+                    out[i] = Ok(o);
+                }
             }
-            g.check();
-            return out;
+            Err(e) => {
+                // As after a failed single nack: nothing counted, all stay deliverable.
+                for &(i, _) in &redeliver {
+                    out[i] = Err(same_failure(&e));
+                }
+                for &(i, o) in &exhausted {
+                    g.take_out(o);
+                    g.wait_again(o, 0);
+                    out[i] = Err(same_failure(&e));
+                }
+                g.check();
+                return out;
+            }
         }
         for (i, o) in exhausted {
             g.take_out(o);
@@ -95,26 +105,25 @@ impl Engine {
         out
     }
 
-    /// Nacks the offsets of `batch` (held by the group), which are redelivered, in one
-    /// commit; writes each one's outcome at its index in `out`. On a failed commit every
-    /// one of them is put back uncounted and `out` holds the error.
-    fn nack_batch_redelivered(
+    /// Counts a failed attempt for each of `offsets` (taken out of `in_flight`), all to be
+    /// delivered again, in one commit: the attempt rows with the group's image. On a
+    /// failed commit each is put back uncounted (and undelayed), still deliverable.
+    fn redeliver(
         &self,
-        r: &GroupRef,
+        t: &Topic,
+        group: &str,
         g: &mut Group,
-        batch: &[(usize, u64)],
+        offsets: &[u64],
         failure: Failure<'_>,
         now_ms: u64,
-        out: &mut [Result<NackOutcome>],
-    ) -> Result<()> {
-        if batch.is_empty() {
-            return Ok(());
+    ) -> Result<Vec<NackOutcome>> {
+        if offsets.is_empty() {
+            return Ok(Vec::new());
         }
-        let (topic, group) = (r.topic.name.as_str(), &*r.name);
-        let mut rows = Vec::with_capacity(batch.len());
-        let mut before = Vec::with_capacity(batch.len());
-        for &(_, o) in batch {
-            g.take_out(o);
+        let topic = t.name.as_str();
+        let mut rows = Vec::with_capacity(offsets.len());
+        let mut before = Vec::with_capacity(offsets.len());
+        for &o in offsets {
             let rec = self.attempt_record(g, o, failure, now_ms);
             before.push(g.attempts.insert(o, rec.clone()));
             g.wait_again(o, rec.not_before_ms);
@@ -124,35 +133,35 @@ impl Engine {
         let mut ops = group_ops(topic, group, g);
         ops.extend(rows);
         if let Err(e) = self.catalog.commit(&ops) {
-            // Not durable, so not counted (nor delayed): the rows back as they were.
-            for (&(i, o), b) in batch.iter().zip(before) {
+            for (&o, b) in offsets.iter().zip(before) {
                 match b {
                     Some(b) => g.attempts.insert(o, b),
                     None => g.attempts.remove(&o),
                 };
                 g.delayed.remove(&o);
-                out[i] = Err(same_failure(&e));
             }
             return Err(e);
         }
-        for &(i, o) in batch {
-            let rec = &g.attempts[&o];
-            out[i] = Ok(NackOutcome {
+        let outcomes = offsets.iter().map(|o| {
+            let rec = &g.attempts[o];
+            tracing::debug!(
+                topic,
+                group,
+                offset = o,
+                attempts = rec.attempts,
+                reason = rec.last_reason.as_str(),
+                not_before_ms = rec.not_before_ms,
+                "nacked"
+            );
+            NackOutcome {
                 delivery_attempt: rec.attempts,
                 dead_lettered: false,
                 next_offset: g.cursor,
                 redeliver_at: (rec.not_before_ms > 0)
                     .then(|| UNIX_EPOCH + Duration::from_millis(rec.not_before_ms)),
-            });
-        }
-        tracing::debug!(
-            topic,
-            group,
-            count = batch.len(),
-            reason = failure.reason,
-            "nacked a batch"
-        );
-        Ok(())
+            }
+        });
+        Ok(outcomes.collect())
     }
 
     /// The attempt row a nack of `offset` writes: one more attempt, the reason (bounded)
@@ -182,11 +191,10 @@ impl Engine {
         failure: Failure<'_>,
         now_ms: u64,
     ) -> Result<NackOutcome> {
-        let topic = t.name.as_str();
-        let rec = self.attempt_record(g, offset, failure, now_ms);
-        let attempts = rec.attempts;
-        let dlq = self.dead_letter_topic(topic);
+        let attempts = g.attempt_of(offset);
+        let dlq = self.dead_letter_topic(&t.name);
         if let Some(dlq) = dlq.filter(|_| attempts >= self.opts.max_delivery_attempts) {
+            let rec = self.attempt_record(g, offset, failure, now_ms);
             let copied = match self.dead_letter(t, group, g, offset, Some(rec), &dlq, now_ms) {
                 Ok(copied) => copied,
                 Err(e) => {
@@ -204,41 +212,8 @@ impl Engine {
                 redeliver_at: None,
             });
         }
-        let before = g.attempts.insert(offset, rec.clone());
-        g.wait_again(offset, rec.not_before_ms);
-        g.check();
-        let mut ops = group_ops(topic, group, g);
-        ops.push(Op::PutAttempt(
-            topic.to_owned(),
-            group.to_owned(),
-            offset,
-            rec.clone(),
-        ));
-        if let Err(e) = self.catalog.commit(&ops) {
-            // Not durable, so not counted (nor delayed): put the row back as it was.
-            match before {
-                Some(b) => g.attempts.insert(offset, b),
-                None => g.attempts.remove(&offset),
-            };
-            g.delayed.remove(&offset);
-            return Err(e);
-        }
-        tracing::debug!(
-            topic,
-            group,
-            offset,
-            attempts,
-            reason = rec.last_reason.as_str(),
-            not_before_ms = rec.not_before_ms,
-            "nacked"
-        );
-        Ok(NackOutcome {
-            delivery_attempt: attempts,
-            dead_lettered: false,
-            next_offset: g.cursor,
-            redeliver_at: (rec.not_before_ms > 0)
-                .then(|| UNIX_EPOCH + Duration::from_millis(rec.not_before_ms)),
-        })
+        let outcomes = self.redeliver(t, group, g, &[offset], failure, now_ms)?;
+        Ok(outcomes[0])
     }
 
     /// When a message that failed its `attempt`-th delivery may come again (0: at once):

@@ -153,11 +153,15 @@ impl EmbeddedConsumer {
             return Ok(());
         }
         let sh = &self.shared;
+        // Every one is acked even if one fails (a careful-mode commit): the first error is
+        // returned after, and none is left out until the consumer closes.
         let acked = sh.spool.with_engine(|e| {
+            let mut first = Ok(());
             for &t in &self.previous_batch {
-                e.ack_delivery(&sh.group, t, false)?;
+                let r = e.ack_delivery(&sh.group, t, false).map(|_| ());
+                first = first.and(r);
             }
-            Ok(())
+            first
         });
         self.previous_batch.clear();
         sh.wakeup.wake();
@@ -458,18 +462,17 @@ impl EmbeddedDelivery {
                 // before it), so acks made back to back share one commit.
                 let unpolled = e.ack_watch().ack_made();
                 let t = e.ack_delivery(&sh.group, self.ticket, true)?;
-                Ok(t.map(|t| (t, e.ack_watch().clone(), unpolled)))
+                Ok(t.map(|t| (t, unpolled)))
             })
             .map_err(|e| self.expired_or(e));
         // Also after a failure (a failed commit after the ack was made): the slot may be
         // free already, and a wake nobody waits for costs next to nothing.
         sh.wakeup.wake();
         async move {
-            let Some((ticket, watch, unpolled)) = made? else {
+            let Some((ticket, mut unpolled)) = made? else {
                 return Ok(());
             };
-            drop(unpolled);
-            wait_durable(&watch, ticket).await
+            wait_durable(unpolled.polled(), ticket).await
         }
     }
 
@@ -571,7 +574,9 @@ fn batch_error(errors: impl IntoIterator<Item = Error>) -> Option<Error> {
 /// Acks every delivery of `ds` that can still be acked, durably, with one ticket per
 /// group (one commit); see [`crate::Consumer::ack_all`] for the rules.
 pub(crate) async fn ack_all(mut ds: Vec<EmbeddedDelivery>) -> Result<()> {
-    let mut errors = Vec::new();
+    // Each error with the index of the delivery it concerns: the first in the order given
+    // is the one returned, whatever the groups' order.
+    let mut errors: Vec<(usize, Error)> = Vec::new();
     let mut tickets = Vec::new();
     for (sh, at) in by_group(&ds) {
         let held: Vec<Ticket> = at.iter().map(|&i| ds[i].ticket).collect();
@@ -584,19 +589,24 @@ pub(crate) async fn ack_all(mut ds: Vec<EmbeddedDelivery>) -> Result<()> {
             Ok(t.map(|t| (t, e.ack_watch().clone())))
         });
         sh.wakeup.wake();
-        errors.extend(refused.into_iter().map(|(k, e)| ds[at[k]].expired_or(e)));
+        errors.extend(
+            refused
+                .into_iter()
+                .map(|(k, e)| (at[k], ds[at[k]].expired_or(e))),
+        );
         match made {
-            Ok(t) => tickets.extend(t),
-            Err(e) => errors.push(e),
+            Ok(t) => tickets.extend(t.map(|t| (at[0], t))),
+            Err(e) => errors.push((at[0], e)),
         }
     }
     drop(ds);
-    for (ticket, watch) in tickets {
+    for (first, (ticket, watch)) in tickets {
         if let Err(e) = wait_durable(&watch, ticket).await {
-            errors.push(e);
+            errors.push((first, e));
         }
     }
-    batch_error(errors).map_or(Ok(()), Err)
+    errors.sort_by_key(|&(i, _)| i);
+    batch_error(errors.into_iter().map(|(_, e)| e)).map_or(Ok(()), Err)
 }
 
 /// Nacks every delivery of `ds` that can still be nacked, with one commit per group for
