@@ -7,9 +7,10 @@
 //! above what the process holds, so that the creation runs out at each step that opens
 //! one.
 
-use std::io::{Read, Write};
+mod common_core;
+
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 use spool::testing::{SimFs, without_background_work};
 use spool::{Error, Headers, Options, Spool, SyncPolicy};
@@ -191,20 +192,7 @@ fn child_creates_topics_under_a_limit_just_above_what_it_holds() {
 #[test]
 fn a_creation_out_of_descriptors_leaves_nothing_behind() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let mut child = Command::new(std::env::current_exe().expect("current exe"))
-        .args([CHILD_TEST, "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD_DIR_ENV, tmp.path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn child");
-    let mut out = String::new();
-    child
-        .stdout
-        .take()
-        .expect("stdout")
-        .read_to_string(&mut out)
-        .expect("read child");
-    let status = child.wait().expect("wait");
-    assert!(status.success() && out.contains("CHILD-OK"), "{out}");
+    let env = [(CHILD_DIR_ENV, tmp.path().as_os_str())];
+    let (ok, out) = common_core::child_output(CHILD_TEST, &env);
+    assert!(ok && out.contains("CHILD-OK"), "{out}");
 }

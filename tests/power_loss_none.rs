@@ -436,6 +436,17 @@ async fn a_power_cut_among_many_topics_whose_files_close_and_reopen_leaves_prefi
             published.iter().map(|(p, _)| p.len() as u64).sum::<u64>(),
             STEPS
         );
+        // The bound did close and reopen files: the same run with room for all opens
+        // files only at the reopen.
+        let roomy = SimFs::new(seed);
+        roomy.limit_open_files(1 << 20);
+        many_topics(&roomy, seed, &opts).await;
+        assert!(
+            full.opens() > roomy.opens(),
+            "{sync:?}: {} opens with the bound, {} without",
+            full.opens(),
+            roomy.opens()
+        );
         let total = full.ops();
         // About 150 sync points and the operation after each, and 100 others spread out.
         let syncs = full.sync_points();

@@ -123,8 +123,9 @@ impl OpenFiles {
 
     /// If more descriptors are open than the bound: asks the least recently used idle
     /// holders to close theirs, until back under it or every holder was asked. Another
-    /// sweep under way does it instead. Call with no lock of a holder held.
-    pub fn sweep_if_over(&self) {
+    /// sweep under way does it instead. Call with no lock of a holder held. `opener` (the
+    /// holder that just opened a file, if any) is never asked: it is about to use it.
+    pub fn sweep_if_over(&self, opener: Option<u64>) {
         if self.open() <= self.max {
             return;
         }
@@ -132,7 +133,7 @@ impl OpenFiles {
             let Ok(mut ring) = self.holders.try_lock() else {
                 return;
             };
-            self.pick(&mut ring)
+            self.pick(&mut ring, opener)
         };
         // Outside the list's lock: a release may sync a file.
         for v in victims {
@@ -142,7 +143,7 @@ impl OpenFiles {
 
     /// Goes round the list (twice at most: the first round may only clear marks) and
     /// picks idle holders enough to come back under the bound.
-    fn pick(&self, ring: &mut Ring) -> Vec<Arc<dyn Holder>> {
+    fn pick(&self, ring: &mut Ring, opener: Option<u64>) -> Vec<Arc<dyn Holder>> {
         let mut excess = self.open().saturating_sub(self.max);
         let mut victims = Vec::new();
         let mut steps = 2 * ring.list.len();
@@ -157,6 +158,9 @@ impl OpenFiles {
                 break;
             };
             ring.hand = key + 1;
+            if opener == Some(key) {
+                continue;
+            }
             let Some(h) = weak.upgrade() else {
                 ring.list.remove(&key);
                 continue;
@@ -226,7 +230,7 @@ mod tests {
             drop(t);
             let weak: Weak<dyn Holder> = Arc::downgrade(self) as Weak<dyn Holder>;
             self.files.register(key, weak);
-            self.files.sweep_if_over();
+            self.files.sweep_if_over(None);
         }
         fn holds(&self) -> bool {
             self.token.lock().expect("lock").is_some()

@@ -79,6 +79,9 @@ pub struct SimFs {
     /// The bound on files kept open of an `Fs` made over this (0: the default), see
     /// `limit_open_files`. Not part of the state a crash image copies.
     open_files_max: Arc<std::sync::atomic::AtomicUsize>,
+    /// Existing files opened again (`open`), for tests that show files were closed and
+    /// reopened. Not part of the state a crash image copies.
+    opens: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// See [`SimFs::faults_cleared_on_drop`].
@@ -103,6 +106,12 @@ impl SimFs {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// How many times an existing file was opened (`open`): a reopen after a close, or at
+    /// an instance's open.
+    pub fn opens(&self) -> u64 {
+        self.opens.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// An `Fs` made over this from now on keeps at most `max` files open (its
@@ -264,6 +273,7 @@ impl SimFs {
             failing: Arc::default(),
             held_file: Arc::default(),
             open_files_max: Arc::new(max.into()),
+            opens: Arc::default(),
         }
     }
 
@@ -561,6 +571,8 @@ impl Backend for SimFs {
     }
 
     fn open(&self, path: &Path) -> std::io::Result<Arc<dyn FileIo>> {
+        self.opens
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let s = self.lock();
         let id = *s
             .names

@@ -181,3 +181,29 @@ pub fn segment_data_sizes(data: &Path, topic: &str, info_bytes: u64) -> Vec<u64>
     sizes.push(active);
     sizes
 }
+
+/// Runs the test `test` of this same test binary in a child process, with `env` set (the
+/// child test does nothing without it); returns whether it succeeded and its stdout.
+pub fn child_output(test: &str, env: &[(&str, &std::ffi::OsStr)]) -> (bool, String) {
+    let mut cmd = std::process::Command::new(std::env::current_exe().expect("current exe"));
+    cmd.args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .stdin(std::process::Stdio::null());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("run the child test");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    (out.status.success(), stdout)
+}
+
+/// A temporary directory in memory (`/dev/shm`) where there is one, else the usual:
+/// for tests of what does not depend on the disk (descriptors, file counts), which a
+/// real disk's syncs would only slow down.
+pub fn memory_tempdir() -> tempfile::TempDir {
+    let shm = Path::new("/dev/shm");
+    match shm.is_dir() {
+        true => tempfile::tempdir_in(shm).or_else(|_| tempfile::tempdir()),
+        false => tempfile::tempdir(),
+    }
+    .expect("tempdir")
+}

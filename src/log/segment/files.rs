@@ -50,7 +50,7 @@ impl Segment {
         let files = self.fs.open_files();
         let me: std::sync::Weak<dyn Holder> = self.me.clone();
         files.register(self.key, me);
-        files.sweep_if_over();
+        files.sweep_if_over(Some(self.key));
     }
 
     /// Runs `f` on the segment's file, opening it again if it was closed.
@@ -103,6 +103,16 @@ impl Segment {
             self.writes.fetch_add(1, Ordering::AcqRel);
             r
         })
+    }
+
+    /// Syncs the file. A closed one has nothing to sync: a file closes only once a sync
+    /// covered every write through it, and a write opens it first. So a sync never needs
+    /// a descriptor it may not get (out of them, it would poison the topic for nothing).
+    pub(super) fn sync_file(&self) -> Result<()> {
+        if read_lock(&self.file).is_none() {
+            return Ok(());
+        }
+        self.with_file(|f| f.sync_data())
     }
 
     /// Cuts or extends the segment's file to `len` (not synced).
@@ -220,7 +230,8 @@ impl Holder for Segment {
         {
             let end = self.written().bytes;
             if let Err(e) = self.sync_holding(one, end) {
-                tracing::debug!(segment = %self.path.display(), error = %e,
+                // The topic is poisoned now; say so where an operator looks.
+                tracing::error!(segment = %self.path.display(), error = %e,
                     "syncing an idle segment before closing it failed");
             }
         }

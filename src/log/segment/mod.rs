@@ -321,7 +321,7 @@ impl Segment {
         });
         let end = staged.as_ref().map_or(end, |(w, _, _)| w.bytes.max(end));
         let writes = self.writes_before_sync();
-        self.with_file(|f| f.sync_data()).inspect_err(|e| {
+        self.sync_file().inspect_err(|e| {
             self.sync_failed.store(true, Ordering::Release);
             let _ = self.poison.set(format!("sync failed: {e}"));
         })?;
