@@ -761,11 +761,22 @@ fn spool_consume_manual(count: usize, size: usize, in_flight: usize) -> Stat {
     stat(count, size, elapsed, Vec::new())
 }
 
-/// The plain batch pattern of issue 31 under `Sync=Always`: `max_in_flight(batch)`, take
-/// `batch` deliveries (`recv`, then `try_recv`), ack them all with `join_all`, repeat. Each
-/// batch's acks are durable before the next batch is taken, as SQLite's range read +
-/// cursor update per 100 rows is.
-fn spool_consume_join_all(count: usize, size: usize, batch: usize) -> Stat {
+/// How a batch pattern of issue 31 takes and acks its deliveries.
+#[derive(Clone, Copy)]
+enum Acking {
+    /// What a user writes first: `recv` then `try_recv` up to the batch, then a loop
+    /// awaiting each `d.ack()` (one commit per ack).
+    OneByOne,
+    /// The same deliveries, their acks awaited together with `join_all`.
+    JoinAll,
+    /// The batch API: `recv_batch`, then `ack_all` (one commit per batch).
+    AckAll,
+}
+
+/// Issue 31's batch patterns under `Sync=Always`: `max_in_flight(batch)`, take `batch`
+/// deliveries, ack them all (`how`), repeat. Each batch's acks are durable before the
+/// next batch is taken, as SQLite's range read + cursor update per 100 rows is.
+fn spool_consume_batches(count: usize, size: usize, batch: usize, how: Acking) -> Stat {
     let dir = tempfile::tempdir().expect("tempdir");
     let rt = rt();
     let mq = open(dir.path(), SyncPolicy::Always);
@@ -782,16 +793,24 @@ fn spool_consume_join_all(count: usize, size: usize, batch: usize) -> Stat {
         let mut done = 0;
         while done < count {
             let t = Instant::now();
-            let mut window = vec![c.recv().await.expect("recv")];
-            while window.len() < batch {
-                match c.try_recv().expect("recv") {
-                    Some(d) => window.push(d),
-                    None => break,
-                }
-            }
+            let window = match how {
+                Acking::AckAll => c.recv_batch(batch).await.expect("recv_batch"),
+                _ => recv_window(&mut c, batch).await,
+            };
             done += window.len();
-            for r in futures_util::future::join_all(window.into_iter().map(|d| d.ack())).await {
-                r.expect("ack");
+            match how {
+                Acking::OneByOne => {
+                    for d in window {
+                        d.ack().await.expect("ack");
+                    }
+                }
+                Acking::JoinAll => {
+                    let acks = window.into_iter().map(|d| d.ack());
+                    for r in futures_util::future::join_all(acks).await {
+                        r.expect("ack");
+                    }
+                }
+                Acking::AckAll => c.ack_all(window).await.expect("ack_all"),
             }
             lat.push(t.elapsed().as_secs_f64() * 1e6);
         }
@@ -801,39 +820,22 @@ fn spool_consume_join_all(count: usize, size: usize, batch: usize) -> Stat {
     stat(count, size, elapsed, lat)
 }
 
-/// Issue 31's plain pattern and its batch API, beside SQLite's 100-row ranges (`FULL`).
+/// `recv`, then `try_recv` until `batch` deliveries or none ready.
+async fn recv_window(c: &mut spool::Consumer, batch: usize) -> Vec<spool::Delivery> {
+    let mut window = vec![c.recv().await.expect("recv")];
+    while window.len() < batch {
+        match c.try_recv().expect("recv") {
+            Some(d) => window.push(d),
+            None => break,
+        }
+    }
+    window
+}
+
+/// Issue 31's batch patterns, beside SQLite's 100-row ranges (`FULL`).
+const ONE_BY_ONE_100: &str = "consume 100-row batches: recv+ack awaited one by one (always) 100B";
 const JOIN_ALL_100: &str = "consume 100-row batches: recv+join_all acks (always) 100B";
 const ACK_ALL_100: &str = "consume 100-row batches: recv_batch+ack_all (always) 100B";
-
-/// The batch API on the same workload as `spool_consume_join_all`: `recv_batch(batch)`,
-/// then `ack_all` (one commit per batch).
-fn spool_consume_ack_all(count: usize, size: usize, batch: usize) -> Stat {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let rt = rt();
-    let mq = open(dir.path(), SyncPolicy::Always);
-    fill(&mq, &rt, "bench", count, size);
-    let start = Instant::now();
-    let mut lat = Vec::with_capacity(count / batch + 1);
-    rt.block_on(async {
-        let mut c = mq
-            .consumer("bench", "g")
-            .manual_ack()
-            .max_in_flight(batch)
-            .build()
-            .expect("consumer");
-        let mut done = 0;
-        while done < count {
-            let t = Instant::now();
-            let ds = c.recv_batch(batch).await.expect("recv_batch");
-            done += ds.len();
-            c.ack_all(ds).await.expect("ack_all");
-            lat.push(t.elapsed().as_secs_f64() * 1e6);
-        }
-    });
-    let elapsed = start.elapsed();
-    rt.block_on(mq.close()).expect("close");
-    stat(count, size, elapsed, lat)
-}
 
 /// The latency workloads' consumer that spins up to 1 ms before it parks.
 const BUSY_POLL: &str = "busy-poll";
@@ -1257,8 +1259,15 @@ fn main() {
             spool_consume_manual(n(50_000), 100, 256)
         }),
         // Issue 31: batches of 100, each durable before the next is taken.
-        w(JOIN_ALL_100, || spool_consume_join_all(n(50_000), 100, 100)),
-        w(ACK_ALL_100, || spool_consume_ack_all(n(50_000), 100, 100)),
+        w(ONE_BY_ONE_100, || {
+            spool_consume_batches(n(10_000), 100, 100, Acking::OneByOne)
+        }),
+        w(JOIN_ALL_100, || {
+            spool_consume_batches(n(50_000), 100, 100, Acking::JoinAll)
+        }),
+        w(ACK_ALL_100, || {
+            spool_consume_batches(n(50_000), 100, 100, Acking::AckAll)
+        }),
     ]);
 
     println!("\n-- spool publish, every policy and size");
@@ -1481,6 +1490,12 @@ fn main() {
         "consume manual ack (always) mif=256 100B",
         "sqlite consume 100-row ranges 100B (sync=FULL)",
         1.5,
+    );
+    r.ratio(
+        "consume 100-row batches, acks one by one / sqlite ranges FULL",
+        ONE_BY_ONE_100,
+        "sqlite consume 100-row ranges 100B (sync=FULL)",
+        2.0,
     );
     r.ratio(
         "consume 100-row batches, join_all acks / sqlite ranges FULL",
