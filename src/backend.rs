@@ -20,6 +20,8 @@ use crate::io::Fs;
 use crate::options::{Mode, Options};
 use crate::runtime::{Embedded, EmbeddedConsumer, EmbeddedDelivery};
 
+#[cfg(feature = "kafka")]
+pub(crate) use crate::kafka::{Kafka, KafkaConsumer, KafkaDelivery};
 pub(crate) use crate::runtime::ConsumerConfig;
 
 /// The engine behind a [`Spool`](crate::Spool).
@@ -27,6 +29,9 @@ pub(crate) use crate::runtime::ConsumerConfig;
 pub(crate) enum Backend {
     /// The data directory, in this process.
     Embedded(Embedded),
+    /// A Kafka cluster (`Mode=Kafka`, cargo feature `kafka`).
+    #[cfg(feature = "kafka")]
+    Kafka(Kafka),
 }
 
 impl Backend {
@@ -34,6 +39,23 @@ impl Backend {
     pub(crate) fn open(fs: Fs, options: Options) -> Result<Backend> {
         match options.mode {
             Mode::Embedded => Ok(Backend::Embedded(Embedded::open_on(fs, options)?)),
+            #[cfg(feature = "kafka")]
+            Mode::Kafka => Ok(Backend::Kafka(Kafka::open(options)?)),
+            #[cfg(not(feature = "kafka"))]
+            Mode::Kafka => Err(crate::error::Error::Unsupported {
+                what: "Mode=Kafka needs spool built with its cargo feature `kafka`".to_owned(),
+            }),
+        }
+    }
+
+    /// The embedded engine, for a call only it serves; under `Mode=Kafka`, `Unsupported`
+    /// naming the call.
+    #[cfg_attr(not(feature = "kafka"), allow(unused_variables))]
+    pub(crate) fn embedded(&self, call: &str) -> Result<&Embedded> {
+        match self {
+            Backend::Embedded(e) => Ok(e),
+            #[cfg(feature = "kafka")]
+            Backend::Kafka(_) => Err(crate::kafka::unsupported(call)),
         }
     }
 
@@ -51,6 +73,17 @@ impl Backend {
                 group,
                 cfg,
             )?)),
+            #[cfg(feature = "kafka")]
+            Backend::Kafka(k) => {
+                kafka_supports(&cfg)?;
+                let settings = crate::kafka::Settings {
+                    manual_ack: cfg.manual_ack,
+                    max_in_flight: cfg.max_in_flight,
+                };
+                Ok(ConsumerBackend::Kafka(KafkaConsumer::build(
+                    k, topic, group, settings,
+                )?))
+            }
         }
     }
 }
@@ -60,6 +93,9 @@ impl Backend {
 pub(crate) enum ConsumerBackend {
     /// A consumer of the embedded engine.
     Embedded(EmbeddedConsumer),
+    /// A consumer of a Kafka cluster.
+    #[cfg(feature = "kafka")]
+    Kafka(KafkaConsumer),
 }
 
 /// The backend's delivery behind a [`Delivery`](crate::Delivery).
@@ -67,4 +103,20 @@ pub(crate) enum ConsumerBackend {
 pub(crate) enum DeliveryBackend {
     /// A delivery of the embedded engine.
     Embedded(EmbeddedDelivery),
+    /// A delivery from a Kafka cluster.
+    #[cfg(feature = "kafka")]
+    Kafka(KafkaDelivery),
+}
+
+/// The consumer settings `Mode=Kafka` does not serve yet refuse by name, rather than
+/// silently weaken a promise.
+#[cfg(feature = "kafka")]
+fn kafka_supports(cfg: &ConsumerConfig) -> Result<()> {
+    if cfg.key_ordered {
+        return Err(crate::kafka::unsupported("key_ordered()"));
+    }
+    if cfg.ack_deadline.is_some_and(|d| !d.is_zero()) {
+        return Err(crate::kafka::unsupported("ack_deadline()"));
+    }
+    Ok(())
 }

@@ -125,6 +125,8 @@ impl Consumer {
     pub fn topic(&self) -> &str {
         match &self.inner {
             ConsumerBackend::Embedded(c) => c.topic(),
+            #[cfg(feature = "kafka")]
+            ConsumerBackend::Kafka(c) => c.topic(),
         }
     }
 
@@ -132,6 +134,8 @@ impl Consumer {
     pub fn group(&self) -> &str {
         match &self.inner {
             ConsumerBackend::Embedded(c) => c.group(),
+            #[cfg(feature = "kafka")]
+            ConsumerBackend::Kafka(c) => c.group(),
         }
     }
 
@@ -139,6 +143,8 @@ impl Consumer {
     pub async fn recv(&mut self) -> Result<Delivery> {
         match &mut self.inner {
             ConsumerBackend::Embedded(c) => c.recv().await.map(Delivery::embedded),
+            #[cfg(feature = "kafka")]
+            ConsumerBackend::Kafka(c) => c.recv().await.map(Delivery::kafka),
         }
     }
 
@@ -147,6 +153,8 @@ impl Consumer {
     pub fn try_recv(&mut self) -> Result<Option<Delivery>> {
         match &mut self.inner {
             ConsumerBackend::Embedded(c) => Ok(c.try_recv()?.map(Delivery::embedded)),
+            #[cfg(feature = "kafka")]
+            ConsumerBackend::Kafka(c) => Ok(c.try_recv()?.map(Delivery::kafka)),
         }
     }
 
@@ -166,6 +174,13 @@ impl Consumer {
                 .await?
                 .into_iter()
                 .map(Delivery::embedded)
+                .collect()),
+            #[cfg(feature = "kafka")]
+            ConsumerBackend::Kafka(c) => Ok(c
+                .recv_batch(max)
+                .await?
+                .into_iter()
+                .map(Delivery::kafka)
                 .collect()),
         }
     }
@@ -233,6 +248,8 @@ impl Consumer {
     pub async fn close(self) -> Result<()> {
         match self.inner {
             ConsumerBackend::Embedded(c) => c.close().await,
+            #[cfg(feature = "kafka")]
+            ConsumerBackend::Kafka(c) => c.close().await,
         }
     }
 }

@@ -5,8 +5,12 @@ use std::future::Future;
 use std::time::Duration;
 
 use bytes::Bytes;
+#[cfg(feature = "kafka")]
+use futures_util::future::Either;
 
 use crate::backend::DeliveryBackend;
+#[cfg(feature = "kafka")]
+use crate::backend::KafkaDelivery;
 use crate::error::Result;
 use crate::format::Headers;
 pub(crate) use crate::queue::NackOutcome;
@@ -28,29 +32,63 @@ impl Delivery {
         }
     }
 
-    /// The embedded backend's deliveries behind `ds`.
-    fn embedded_all(ds: Vec<Delivery>) -> Vec<EmbeddedDelivery> {
-        ds.into_iter()
-            .map(|d| match d.inner {
-                DeliveryBackend::Embedded(d) => d,
-            })
-            .collect()
+    #[cfg(feature = "kafka")]
+    pub(crate) fn kafka(d: KafkaDelivery) -> Delivery {
+        Delivery {
+            inner: DeliveryBackend::Kafka(d),
+        }
     }
 
-    /// [`crate::Consumer::ack_all`].
+    /// The embedded backend's deliveries behind `ds`, or the Kafka ones.
+    fn split(ds: Vec<Delivery>) -> (Vec<EmbeddedDelivery>, Vec<Delivery>) {
+        let mut embedded = Vec::with_capacity(ds.len());
+        #[allow(unused_mut)]
+        let mut other = Vec::new();
+        for d in ds {
+            match d.inner {
+                DeliveryBackend::Embedded(e) => embedded.push(e),
+                #[cfg(feature = "kafka")]
+                DeliveryBackend::Kafka(_) => other.push(d),
+            }
+        }
+        (embedded, other)
+    }
+
+    /// [`crate::Consumer::ack_all`]. Kafka deliveries are acked together: their acks
+    /// share the commits made meanwhile.
     pub(crate) async fn ack_all(ds: Vec<Delivery>) -> Result<()> {
-        crate::runtime::ack_all(Delivery::embedded_all(ds)).await
+        let (embedded, other) = Delivery::split(ds);
+        if other.is_empty() {
+            return crate::runtime::ack_all(embedded).await;
+        }
+        let acks: Vec<_> = other.into_iter().map(Delivery::ack).collect();
+        let embedded = crate::runtime::ack_all(embedded).await;
+        let mut first_err = embedded.err();
+        for a in acks {
+            if let Err(e) = a.await {
+                first_err.get_or_insert(e);
+            }
+        }
+        first_err.map_or(Ok(()), Err)
     }
 
     /// [`crate::Consumer::nack_all`].
     pub(crate) fn nack_all(ds: Vec<Delivery>, reason: &str) -> Result<Vec<NackOutcome>> {
-        crate::runtime::nack_all(Delivery::embedded_all(ds), reason)
+        let (embedded, other) = Delivery::split(ds);
+        if !other.is_empty() {
+            return Err(crate::error::Error::Unsupported {
+                what: "nack_all under Mode=Kafka (nack each delivery)".to_owned(),
+            });
+        }
+        crate::runtime::nack_all(embedded, reason)
     }
 
     /// The topic the message was read from.
     pub fn topic(&self) -> &str {
         match &self.inner {
             DeliveryBackend::Embedded(d) => d.topic(),
+            #[cfg(feature = "kafka")]
+            DeliveryBackend::Kafka(d) => d.topic(),
         }
     }
 
@@ -58,6 +96,8 @@ impl Delivery {
     pub fn group(&self) -> &str {
         match &self.inner {
             DeliveryBackend::Embedded(d) => d.group(),
+            #[cfg(feature = "kafka")]
+            DeliveryBackend::Kafka(d) => d.group(),
         }
     }
 
@@ -65,6 +105,8 @@ impl Delivery {
     pub fn offset(&self) -> u64 {
         match &self.inner {
             DeliveryBackend::Embedded(d) => d.offset(),
+            #[cfg(feature = "kafka")]
+            DeliveryBackend::Kafka(d) => d.offset(),
         }
     }
 
@@ -72,6 +114,8 @@ impl Delivery {
     pub fn payload(&self) -> &Bytes {
         match &self.inner {
             DeliveryBackend::Embedded(d) => d.payload(),
+            #[cfg(feature = "kafka")]
+            DeliveryBackend::Kafka(d) => d.payload(),
         }
     }
 
@@ -79,6 +123,8 @@ impl Delivery {
     pub fn headers(&self) -> &Headers {
         match &self.inner {
             DeliveryBackend::Embedded(d) => d.headers(),
+            #[cfg(feature = "kafka")]
+            DeliveryBackend::Kafka(d) => d.headers(),
         }
     }
 
@@ -86,6 +132,8 @@ impl Delivery {
     pub fn timestamp(&self) -> std::time::SystemTime {
         match &self.inner {
             DeliveryBackend::Embedded(d) => d.timestamp(),
+            #[cfg(feature = "kafka")]
+            DeliveryBackend::Kafka(d) => d.timestamp(),
         }
     }
 
@@ -93,6 +141,8 @@ impl Delivery {
     pub fn attempt(&self) -> u32 {
         match &self.inner {
             DeliveryBackend::Embedded(d) => d.attempt(),
+            #[cfg(feature = "kafka")]
+            DeliveryBackend::Kafka(d) => d.attempt(),
         }
     }
 
@@ -101,6 +151,8 @@ impl Delivery {
     pub fn partition(&self) -> u32 {
         match &self.inner {
             DeliveryBackend::Embedded(d) => d.partition(),
+            #[cfg(feature = "kafka")]
+            DeliveryBackend::Kafka(d) => d.partition(),
         }
     }
 
@@ -109,6 +161,8 @@ impl Delivery {
     pub fn deadline(&self) -> Option<std::time::Instant> {
         match &self.inner {
             DeliveryBackend::Embedded(d) => d.deadline(),
+            #[cfg(feature = "kafka")]
+            DeliveryBackend::Kafka(_) => None,
         }
     }
 
@@ -118,6 +172,8 @@ impl Delivery {
     pub fn extend_deadline(&self) -> Result<()> {
         match &self.inner {
             DeliveryBackend::Embedded(d) => d.extend_deadline(),
+            #[cfg(feature = "kafka")]
+            DeliveryBackend::Kafka(_) => Ok(()),
         }
     }
 
@@ -131,7 +187,12 @@ impl Delivery {
     /// durable with the next commit.
     pub fn ack(self) -> impl Future<Output = Result<()>> + Send + 'static {
         match self.inner {
+            #[cfg(not(feature = "kafka"))]
             DeliveryBackend::Embedded(d) => d.ack(),
+            #[cfg(feature = "kafka")]
+            DeliveryBackend::Embedded(d) => Either::Left(d.ack()),
+            #[cfg(feature = "kafka")]
+            DeliveryBackend::Kafka(d) => Either::Right(d.ack()),
         }
     }
 
@@ -141,6 +202,8 @@ impl Delivery {
     pub async fn nack(self, reason: &str) -> Result<NackOutcome> {
         match self.inner {
             DeliveryBackend::Embedded(d) => d.nack(reason, None).await,
+            #[cfg(feature = "kafka")]
+            DeliveryBackend::Kafka(d) => d.nack(reason, None).await,
         }
     }
 
@@ -152,6 +215,8 @@ impl Delivery {
     pub async fn nack_with_delay(self, reason: &str, delay: Duration) -> Result<NackOutcome> {
         match self.inner {
             DeliveryBackend::Embedded(d) => d.nack(reason, Some(delay)).await,
+            #[cfg(feature = "kafka")]
+            DeliveryBackend::Kafka(d) => d.nack(reason, Some(delay)).await,
         }
     }
 }

@@ -186,6 +186,16 @@ pub enum Error {
         path: PathBuf,
     },
 
+    /// A Kafka broker or librdkafka reported an error, or a call took longer than
+    /// `Kafka Timeout Ms` (`Mode=Kafka`).
+    #[error("Kafka error while {context}: {detail}")]
+    Kafka {
+        /// What spool was doing.
+        context: String,
+        /// librdkafka's own message.
+        detail: String,
+    },
+
     /// The catalog (the redb file holding cursors and attempts) reported an error.
     #[error("catalog error while {context}: {detail}")]
     Catalog {

@@ -20,7 +20,10 @@
 //! Dependencies point down this list, never up (`tests/layout.rs` checks it):
 //! - `blocking`: the public handles without `.await`, each call a `block_on`.
 //! - `spool`, `consumer`, `delivery`: the public handles. Each call forwards to a backend.
-//! - `backend`: the seam, one enum variant per backend (today `Embedded`).
+//! - `backend`: the seam, one enum variant per backend (`Embedded`, and `Kafka` with the
+//!   cargo feature `kafka`).
+//! - `kafka`: the `Mode=Kafka` backend, over librdkafka. Beside `runtime`, and like it
+//!   above `queue`, whose checks and types it shares.
 //! - `runtime`: the embedded backend. Its instance, consumers, deliveries and threads.
 //! - `admin`: the live instance's admin endpoint (socket, protocol, client); `runtime`
 //!   serves it.
@@ -49,6 +52,8 @@ mod format;
 #[doc(hidden)]
 pub mod fuzzing;
 mod io;
+#[cfg(feature = "kafka")]
+mod kafka;
 mod log;
 mod names;
 mod options;
@@ -91,8 +96,9 @@ pub mod consts {
     pub use crate::log::MESSAGE_ID_HEADER;
     pub use crate::names::MAX_NAME_LEN;
     pub use crate::options::{
-        DEFAULT_DEAD_LETTER_SUFFIX, DEFAULT_DEDUP_WINDOW, DEFAULT_MAX_DELIVERY_ATTEMPTS,
-        DEFAULT_MAX_MESSAGE_BYTES, MAX_BACKOFF_STEPS, MAX_MESSAGE_ID_BYTES, MAX_NACK_REASON_BYTES,
+        DEFAULT_DEAD_LETTER_SUFFIX, DEFAULT_DEDUP_WINDOW, DEFAULT_KAFKA_TIMEOUT_MS,
+        DEFAULT_MAX_DELIVERY_ATTEMPTS, DEFAULT_MAX_MESSAGE_BYTES, MAX_BACKOFF_STEPS,
+        MAX_MESSAGE_ID_BYTES, MAX_NACK_REASON_BYTES, REFUSED_KAFKA_PROPERTIES,
     };
     pub use crate::queue::{
         ACK_DEADLINE_REASON, MESSAGE_KEY_HEADER, PANICKED_REASON, UNCLEAN_STOP_REASON,

@@ -4,6 +4,7 @@
 use std::future::Future;
 
 use bytes::Bytes;
+use futures_util::future::Either;
 
 use crate::backend::{Backend, ConsumerConfig};
 use crate::consumer::ConsumerBuilder;
@@ -16,6 +17,10 @@ use crate::queue::{
     GroupInfo, Metrics, NackOutcome, OffsetReset, SnapshotInfo, TopicConfig, TopicInfo,
     VerifyReport,
 };
+
+/// A `Mode=Kafka` publish: boxed and owning its arguments, as it waits for a broker
+/// round trip anyway (the embedded one stays unboxed).
+type KafkaPublish = std::pin::Pin<Box<dyn Future<Output = Result<u64>> + Send + 'static>>;
 
 /// An open spool instance. Cheap to clone; every clone shares the instance.
 #[derive(Clone, Debug)]
@@ -55,6 +60,8 @@ impl Spool {
     pub async fn close(&self) -> Result<()> {
         match &self.backend {
             Backend::Embedded(e) => e.close().await,
+            #[cfg(feature = "kafka")]
+            Backend::Kafka(k) => k.close().await,
         }
     }
 
@@ -69,7 +76,17 @@ impl Spool {
         headers: &Headers,
     ) -> impl Future<Output = Result<u64>> {
         match &self.backend {
-            Backend::Embedded(e) => e.publish(topic, payload, headers),
+            Backend::Embedded(e) => {
+                Either::<_, KafkaPublish>::Left(e.publish(topic, payload, headers))
+            }
+            #[cfg(feature = "kafka")]
+            Backend::Kafka(k) => {
+                let (k, topic, headers) = (k.clone(), topic.to_owned(), headers.clone());
+                let payload = payload.into();
+                let f: KafkaPublish =
+                    Box::pin(async move { k.publish(&topic, payload, &headers).await });
+                Either::Right(f)
+            }
         }
     }
 
@@ -81,6 +98,11 @@ impl Spool {
     ) -> Result<Vec<u64>> {
         match &self.backend {
             Backend::Embedded(e) => e.publish_batch(topic, messages).await,
+            #[cfg(feature = "kafka")]
+            Backend::Kafka(k) => {
+                let owned = messages.into_iter().map(|(p, h)| (p.into(), h)).collect();
+                k.publish_batch(topic, owned).await
+            }
         }
     }
 
@@ -102,9 +124,10 @@ impl Spool {
 
     /// Acks the group's cursor (must equal `offset`).
     pub async fn ack(&self, topic: &str, group: &str, offset: u64) -> Result<()> {
-        match &self.backend {
-            Backend::Embedded(e) => e.ack(topic, group, offset).await,
-        }
+        self.backend
+            .embedded("ack")?
+            .ack(topic, group, offset)
+            .await
     }
 
     /// Nacks the group's cursor (must equal `offset`). It waits the `Nack Backoff`
@@ -116,9 +139,10 @@ impl Spool {
         offset: u64,
         reason: &str,
     ) -> Result<NackOutcome> {
-        match &self.backend {
-            Backend::Embedded(e) => e.nack(topic, group, offset, reason, None).await,
-        }
+        self.backend
+            .embedded("nack")?
+            .nack(topic, group, offset, reason, None)
+            .await
     }
 
     /// Nacks the group's cursor (must equal `offset`); it is not delivered again before
@@ -131,22 +155,26 @@ impl Spool {
         reason: &str,
         delay: std::time::Duration,
     ) -> Result<NackOutcome> {
-        match &self.backend {
-            Backend::Embedded(e) => e.nack(topic, group, offset, reason, Some(delay)).await,
-        }
+        self.backend
+            .embedded("nack_with_delay")?
+            .nack(topic, group, offset, reason, Some(delay))
+            .await
     }
 
     /// Moves the group's cursor; returns the new cursor.
     pub async fn reset_offset(&self, topic: &str, group: &str, to: OffsetReset) -> Result<u64> {
-        match &self.backend {
-            Backend::Embedded(e) => e.reset_offset(topic, group, to).await,
-        }
+        self.backend
+            .embedded("reset_offset")?
+            .reset_offset(topic, group, to)
+            .await
     }
 
     /// Reads up to `max_records` from `from` (clamped to the earliest retained offset).
     pub async fn fetch(&self, topic: &str, from: u64, max_records: usize) -> Result<Vec<Record>> {
         match &self.backend {
             Backend::Embedded(e) => e.fetch(topic, from, max_records).await,
+            #[cfg(feature = "kafka")]
+            Backend::Kafka(k) => k.fetch(topic, from, max_records).await,
         }
     }
 
@@ -155,6 +183,8 @@ impl Spool {
     pub fn topic_info(&self, topic: &str) -> Result<TopicInfo> {
         match &self.backend {
             Backend::Embedded(e) => e.topic_info(topic),
+            #[cfg(feature = "kafka")]
+            Backend::Kafka(k) => k.topic_info(topic),
         }
     }
 
@@ -164,6 +194,8 @@ impl Spool {
     pub fn group_info(&self, topic: &str, group: &str) -> Result<GroupInfo> {
         match &self.backend {
             Backend::Embedded(e) => e.group_info(topic, group),
+            #[cfg(feature = "kafka")]
+            Backend::Kafka(k) => k.group_info(topic, group),
         }
     }
 
@@ -183,9 +215,7 @@ impl Spool {
     /// The groups with durable state on `topic`, sorted by name. A group has state from
     /// its first consumer build, ack, nack or reset on. An unknown topic has none.
     pub fn groups(&self, topic: &str) -> Result<Vec<String>> {
-        match &self.backend {
-            Backend::Embedded(e) => e.groups(topic),
-        }
+        self.backend.embedded("groups")?.groups(topic)
     }
 
     /// Forgets a group: its cursor, attempt counters and reset epoch, durably. A consumer
@@ -196,9 +226,10 @@ impl Spool {
     /// - Deleting a group that does not exist is `Ok`.
     /// - A delivery handed out before is stale: its ack or nack fails and changes nothing.
     pub async fn delete_group(&self, topic: &str, group: &str) -> Result<()> {
-        match &self.backend {
-            Backend::Embedded(e) => e.delete_group(topic, group).await,
-        }
+        self.backend
+            .embedded("delete_group")?
+            .delete_group(topic, group)
+            .await
     }
 
     /// Kafka's deleteRecords: the records of `topic` before `offset` (clamped to the log
@@ -210,9 +241,10 @@ impl Spool {
     /// - Whole segments below it are removed from disk.
     /// - An offset at or below the current earliest changes nothing.
     pub async fn delete_records_before(&self, topic: &str, offset: u64) -> Result<u64> {
-        match &self.backend {
-            Backend::Embedded(e) => e.delete_records_before(topic, offset).await,
-        }
+        self.backend
+            .embedded("delete_records_before")?
+            .delete_records_before(topic, offset)
+            .await
     }
 
     /// Sets `topic`'s overrides of the instance's retention settings, durably; they
@@ -220,23 +252,24 @@ impl Spool {
     /// `topic_info(topic).config` shows them as set. Retention applies them from its next
     /// pass (`apply_retention`, or the background one).
     pub async fn set_topic_config(&self, topic: &str, config: TopicConfig) -> Result<()> {
-        match &self.backend {
-            Backend::Embedded(e) => e.set_topic_config(topic, config).await,
-        }
+        self.backend
+            .embedded("set_topic_config")?
+            .set_topic_config(topic, config)
+            .await
     }
 
     /// Every topic, sorted by name.
     pub fn topics(&self) -> Result<Vec<String>> {
         match &self.backend {
             Backend::Embedded(e) => e.topics(),
+            #[cfg(feature = "kafka")]
+            Backend::Kafka(k) => k.topics(),
         }
     }
 
     /// Applies retention now (the background thread also does every `Retention Check Ms`).
     pub fn apply_retention(&self) -> Result<()> {
-        match &self.backend {
-            Backend::Embedded(e) => e.apply_retention(),
-        }
+        self.backend.embedded("apply_retention")?.apply_retention()
     }
 
     /// Catalog commits that succeeded since this instance was opened (for tests: a
@@ -245,15 +278,15 @@ impl Spool {
     pub fn catalog_commits(&self) -> u64 {
         match &self.backend {
             Backend::Embedded(e) => e.catalog_commits(),
+            #[cfg(feature = "kafka")]
+            Backend::Kafka(_) => 0,
         }
     }
 
     /// Persists auto-acked cursors now (the background thread also does every
     /// `Commit Interval Ms`).
     pub fn commit(&self) -> Result<()> {
-        match &self.backend {
-            Backend::Embedded(e) => e.commit(),
-        }
+        self.backend.embedded("commit")?.commit()
     }
 
     /// Makes a consistent copy of the whole instance in `dest`, while publishers and
@@ -273,9 +306,10 @@ impl Spool {
     ///   [`Error::IncompleteSnapshot`](crate::Error::IncompleteSnapshot).
     /// - Retention and `delete_records_before` wait while it runs.
     pub async fn snapshot(&self, dest: impl AsRef<std::path::Path>) -> Result<SnapshotInfo> {
-        match &self.backend {
-            Backend::Embedded(e) => e.snapshot(dest.as_ref()).await,
-        }
+        self.backend
+            .embedded("snapshot")?
+            .snapshot(dest.as_ref())
+            .await
     }
 
     /// Reads back every record and index entry of every segment (of `topic` only, if
@@ -284,9 +318,7 @@ impl Spool {
     /// not part of the API contract.
     #[doc(hidden)]
     pub async fn verify(&self, topic: Option<&str>) -> Result<VerifyReport> {
-        match &self.backend {
-            Backend::Embedded(e) => e.verify(topic).await,
-        }
+        self.backend.embedded("verify")?.verify(topic).await
     }
 
     /// [`Spool::verify`]'s reading of the logs, on a closed data directory and without

@@ -45,7 +45,8 @@ const LAYERS: &[(&str, &[&str])] = &[
             "admin", "error", "fault", "format", "io", "log", "options", "parked", "queue",
         ],
     ),
-    ("backend", &["error", "io", "options", "runtime"]),
+    ("kafka", &["error", "format", "names", "options", "queue"]),
+    ("backend", &["error", "io", "kafka", "options", "runtime"]),
     (
         "delivery",
         &["backend", "error", "format", "queue", "runtime"],

@@ -86,6 +86,11 @@ pub enum WireError {
     Other {
         message: String,
     },
+    /// Last, so the kinds before it keep their numbers on the wire.
+    Kafka {
+        context: String,
+        detail: String,
+    },
 }
 
 impl From<&Error> for WireError {
@@ -155,6 +160,10 @@ impl From<&Error> for WireError {
                 context: s(context),
                 detail: s(detail),
             },
+            Error::Kafka { context, detail } => WireError::Kafka {
+                context: s(context),
+                detail: s(detail),
+            },
         }
     }
 }
@@ -215,6 +224,7 @@ impl WireError {
             }
             WireError::IncompleteSnapshot { path } => Error::IncompleteSnapshot { path },
             WireError::Catalog { context, detail } => Error::Catalog { context, detail },
+            WireError::Kafka { context, detail } => Error::Kafka { context, detail },
             WireError::Other { message } => Error::Unsupported { what: message },
         }
     }

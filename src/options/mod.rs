@@ -2,7 +2,8 @@
 //! `error`; every limit is a named constant here.
 //!
 //! Files: `mod.rs` (the options, the grammar, the checks); `backoff.rs` (`Nack Backoff`:
-//! its values and the delay of the n-th failed attempt).
+//! its values and the delay of the n-th failed attempt); `kafka.rs` (the `Mode=Kafka`
+//! keys and what they refuse).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -10,7 +11,9 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 
 mod backoff;
+mod kafka;
 pub use backoff::{MAX_BACKOFF_STEPS, NackBackoff};
+pub use kafka::{DEFAULT_KAFKA_TIMEOUT_MS, REFUSED_KAFKA_PROPERTIES};
 
 /// Default `Segment Bytes`: 64 MiB.
 pub const DEFAULT_SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
@@ -49,12 +52,15 @@ pub const MAX_NACK_REASON_BYTES: usize = 64 * 1024;
 /// Upper bound for any millisecond setting (about 10 years) so `Duration` math cannot overflow.
 pub const MAX_MS: u64 = 10 * 365 * 24 * 3600 * 1000;
 
-/// Storage back-end. Only the embedded one exists today.
+/// Storage back-end.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Mode {
     /// The queue lives in this process, on a local data directory.
     #[default]
     Embedded,
+    /// The queue is a Kafka cluster (cargo feature `kafka`; docs/kafka.md). Without the
+    /// feature, opening it is [`Error::Unsupported`].
+    Kafka,
 }
 
 /// When appended data (and catalog commits) reach stable storage.
@@ -85,8 +91,16 @@ pub enum RetentionPolicy {
 pub struct Options {
     /// [`Data Source`] the data directory (created if missing).
     pub data_source: PathBuf,
-    /// [`Mode`] `Embedded`.
+    /// [`Mode`] `Embedded` | `Kafka`.
     pub mode: Mode,
+    /// [`Bootstrap Servers`] the Kafka cluster's `host:port` list (`Mode=Kafka` only, and
+    /// required there).
+    pub bootstrap_servers: String,
+    /// [`Kafka Timeout Ms`] bounds every broker round trip of a call (`Mode=Kafka`).
+    pub kafka_timeout_ms: u64,
+    /// [`Kafka.<property>`] librdkafka properties given to every client spool makes, in
+    /// the order given (`Mode=Kafka`).
+    pub kafka_properties: Vec<(String, String)>,
     /// [`Sync`] `Always` | `Interval:<ms>` | `None`.
     pub sync: SyncPolicy,
     /// [`Segment Bytes`] a segment is sealed and a new one started past this size.
@@ -134,6 +148,9 @@ impl Options {
         Options {
             data_source: data_source.into(),
             mode: Mode::Embedded,
+            bootstrap_servers: String::new(),
+            kafka_timeout_ms: DEFAULT_KAFKA_TIMEOUT_MS,
+            kafka_properties: Vec::new(),
             sync: SyncPolicy::Always,
             segment_bytes: DEFAULT_SEGMENT_BYTES,
             retention_bytes: 0,
@@ -169,6 +186,10 @@ impl Options {
             };
             let key_display = raw_key.trim();
             let value = raw_value.trim();
+            if let Some(property) = kafka::property_name(key_display) {
+                kafka::add_property(&mut o, key_display, property, value)?;
+                continue;
+            }
             let key: String = key_display
                 .chars()
                 .filter(|c| !c.is_whitespace() && *c != '_')
@@ -189,17 +210,9 @@ impl Options {
                     }
                     data_source = Some(PathBuf::from(value));
                 }
-                "mode" => {
-                    if value.eq_ignore_ascii_case("embedded") {
-                        o.mode = Mode::Embedded;
-                    } else if value.is_empty() {
-                        return Err(bad(k, "empty value"));
-                    } else {
-                        return Err(Error::Unsupported {
-                            what: format!("Mode={value} (only Mode=Embedded exists)"),
-                        });
-                    }
-                }
+                "mode" => o.mode = parse_mode(k, value)?,
+                "bootstrapservers" => o.bootstrap_servers = value.to_owned(),
+                "kafkatimeoutms" => o.kafka_timeout_ms = num(k, value, 1, MAX_MS)?,
                 "sync" => o.sync = parse_sync(k, value)?,
                 "segmentbytes" => {
                     o.segment_bytes = num(k, value, MIN_SEGMENT_BYTES, MAX_SEGMENT_BYTES)?
@@ -230,15 +243,25 @@ impl Options {
                 _ => return Err(bad(k, "unknown key")),
             }
         }
-        o.data_source = data_source.ok_or_else(|| bad("Data Source", "is required"))?;
+        match o.mode {
+            Mode::Embedded => {
+                kafka::refuse_kafka_keys(&seen, &o)?;
+                o.data_source = data_source.ok_or_else(|| bad("Data Source", "is required"))?;
+            }
+            Mode::Kafka => kafka::refuse_embedded_keys(&seen)?,
+        }
         o.validate()?;
         Ok(o)
     }
 
     /// Checks cross-field rules; `open_with` calls it too.
     pub fn validate(&self) -> Result<()> {
-        if self.data_source.as_os_str().is_empty() {
-            return Err(bad("Data Source", "is required"));
+        match self.mode {
+            Mode::Embedded if self.data_source.as_os_str().is_empty() => {
+                return Err(bad("Data Source", "is required"));
+            }
+            Mode::Embedded => {}
+            Mode::Kafka => kafka::validate(self)?,
         }
         if !(MIN_SEGMENT_BYTES..=MAX_SEGMENT_BYTES).contains(&self.segment_bytes) {
             return Err(bad("Segment Bytes", "out of range"));
@@ -292,14 +315,14 @@ impl Options {
     }
 }
 
-fn bad(key: &str, reason: &str) -> Error {
+pub(crate) fn bad(key: &str, reason: &str) -> Error {
     Error::InvalidConnectionString {
         key: key.to_owned(),
         reason: reason.to_owned(),
     }
 }
 
-fn num(key: &str, value: &str, min: u64, max: u64) -> Result<u64> {
+pub(crate) fn num(key: &str, value: &str, min: u64, max: u64) -> Result<u64> {
     let v: u64 = value
         .parse()
         .map_err(|_| bad(key, &format!("`{value}` is not a whole number")))?;
@@ -307,6 +330,20 @@ fn num(key: &str, value: &str, min: u64, max: u64) -> Result<u64> {
         return Err(bad(key, &format!("{v} is outside {min}..={max}")));
     }
     Ok(v)
+}
+
+fn parse_mode(key: &str, value: &str) -> Result<Mode> {
+    if value.eq_ignore_ascii_case("embedded") {
+        Ok(Mode::Embedded)
+    } else if value.eq_ignore_ascii_case("kafka") {
+        Ok(Mode::Kafka)
+    } else if value.is_empty() {
+        Err(bad(key, "empty value"))
+    } else {
+        Err(Error::Unsupported {
+            what: format!("Mode={value} (the modes are Embedded and Kafka)"),
+        })
+    }
 }
 
 fn parse_retention_policy(key: &str, value: &str) -> Result<RetentionPolicy> {

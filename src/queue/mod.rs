@@ -90,6 +90,8 @@ pub use info::{
 };
 pub use key_order::MESSAGE_KEY_HEADER;
 pub use produce::Published;
+#[cfg(feature = "kafka")]
+pub(crate) use produce::check_message;
 pub use snapshot::SnapshotInfo;
 pub use topic::Topic;
 pub use topic_config::TopicConfig;

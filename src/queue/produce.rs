@@ -17,7 +17,7 @@ use crate::format::record;
 use crate::log::segment::Segment;
 use crate::log::{Append, LogReader, MESSAGE_ID_HEADER};
 use crate::names;
-use crate::options::{MAX_MESSAGE_ID_BYTES, SyncPolicy};
+use crate::options::{MAX_MESSAGE_ID_BYTES, Options, SyncPolicy};
 
 /// A message as [`Engine::publish`] reads it (so callers need not build a second list).
 pub trait Message {
@@ -163,32 +163,7 @@ impl Engine {
     /// Checks a message before anything is appended (all-or-nothing batches).
     /// Returns the encoded headers' length (so the append does not compute it again).
     fn check_message(&self, payload: &[u8], headers: &Headers) -> Result<usize> {
-        if payload.len() > self.opts.max_message_bytes {
-            return Err(Error::MessageTooLarge {
-                size: payload.len(),
-                max: self.opts.max_message_bytes,
-            });
-        }
-        let hlen = record::headers_len(headers);
-        if hlen > self.opts.max_header_bytes {
-            return Err(Error::HeadersTooLarge {
-                size: hlen,
-                max: self.opts.max_header_bytes,
-            });
-        }
-        if let Some(id) = headers.get(MESSAGE_ID_HEADER) {
-            if id.is_empty() {
-                return Err(Error::InvalidMessageId {
-                    reason: "it is empty".into(),
-                });
-            }
-            if id.len() > MAX_MESSAGE_ID_BYTES {
-                return Err(Error::InvalidMessageId {
-                    reason: format!("it is {} bytes long", id.len()),
-                });
-            }
-        }
-        Ok(hlen)
+        check_message(&self.opts, payload, headers)
     }
 
     /// Appends `msgs` as one write; de-duplicates by `message-id` (a hit returns the
@@ -351,6 +326,38 @@ impl Engine {
 
 /// Loads the last `window` message ids of the log, reading segments newest first and
 /// skipping those without ids, so the work is bounded by the window, not the log.
+/// Checks a message against the limits of `opts` before anything is written (every
+/// backend's batches are all or nothing against bad input). Returns the encoded headers'
+/// length.
+pub(crate) fn check_message(opts: &Options, payload: &[u8], headers: &Headers) -> Result<usize> {
+    if payload.len() > opts.max_message_bytes {
+        return Err(Error::MessageTooLarge {
+            size: payload.len(),
+            max: opts.max_message_bytes,
+        });
+    }
+    let hlen = record::headers_len(headers);
+    if hlen > opts.max_header_bytes {
+        return Err(Error::HeadersTooLarge {
+            size: hlen,
+            max: opts.max_header_bytes,
+        });
+    }
+    if let Some(id) = headers.get(MESSAGE_ID_HEADER) {
+        if id.is_empty() {
+            return Err(Error::InvalidMessageId {
+                reason: "it is empty".into(),
+            });
+        }
+        if id.len() > MAX_MESSAGE_ID_BYTES {
+            return Err(Error::InvalidMessageId {
+                reason: format!("it is {} bytes long", id.len()),
+            });
+        }
+    }
+    Ok(hlen)
+}
+
 pub(super) fn rebuild_dedup(reader: &LogReader, dedup: &mut Dedup, window: usize) -> Result<()> {
     let mut chunks: Vec<Vec<(String, u64)>> = Vec::new();
     let mut have = 0usize;

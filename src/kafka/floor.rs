@@ -1,0 +1,261 @@
+//! One partition's ack floor under `Mode=Kafka`, and how it rides in Kafka's offset
+//! commit.
+//!
+//! The committed offset is the group's cursor: the next unfinished offset. Acks above it
+//! wait in `acked`; failed attempts wait in `failed`. Both travel in the commit's metadata
+//! string, so a restart forgets neither (Kafka's own clients forget both).
+//!
+//! Metadata format (`v1`), offsets absolute, fields separated by `|`:
+//! `spool1|a:<o>,<o>-<o>|f:<o>=<n>@<not-before-ms>,…|d:<o>,…`
+//! - `a`: acked offsets above the cursor, as ranges;
+//! - `f`: failed attempts by offset, with the time before which it is not delivered again;
+//! - `d`: offsets whose dead-letter copy may have been produced (an intent).
+//!
+//! Metadata that does not parse (written by another client) reads as "no acks above the
+//! cursor": the safe side, as records are delivered again rather than lost.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+const VERSION: &str = "spool1";
+
+/// A failed message's attempts so far and when it may be delivered again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Failed {
+    pub attempts: u32,
+    /// Milliseconds since the epoch; 0: at once.
+    pub not_before_ms: u64,
+}
+
+/// One partition's finished and failed offsets around its cursor.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(super) struct Floor {
+    cursor: u64,
+    acked: BTreeSet<u64>,
+    failed: BTreeMap<u64, Failed>,
+    intents: BTreeSet<u64>,
+}
+
+impl Floor {
+    /// The floor of a committed `cursor` with its `metadata`.
+    pub fn from_commit(cursor: u64, metadata: &str) -> Floor {
+        let mut f = Floor {
+            cursor,
+            ..Floor::default()
+        };
+        if f.parse(metadata).is_none() {
+            f = Floor {
+                cursor,
+                ..Floor::default()
+            };
+        }
+        f.normalise();
+        f
+    }
+
+    /// The next unfinished offset.
+    pub fn cursor(&self) -> u64 {
+        self.cursor
+    }
+
+    /// Whether `offset` is finished (acked or dead-lettered).
+    pub fn is_done(&self, offset: u64) -> bool {
+        offset < self.cursor || self.acked.contains(&offset)
+    }
+
+    /// The failed attempts recorded for `offset`.
+    pub fn failed(&self, offset: u64) -> Option<Failed> {
+        self.failed.get(&offset).copied()
+    }
+
+    /// Every failed offset not yet finished, in offset order.
+    pub fn failures(&self) -> impl Iterator<Item = (u64, Failed)> + '_ {
+        self.failed.iter().map(|(o, f)| (*o, *f))
+    }
+
+    /// Dead-letter intents not yet finished.
+    pub fn intents(&self) -> impl Iterator<Item = u64> + '_ {
+        self.intents.iter().copied()
+    }
+
+    /// Finishes `offset` (an ack, or a dead-letter copy made); the cursor moves over every
+    /// finished offset at its front. Returns whether anything changed.
+    pub fn finish(&mut self, offset: u64) -> bool {
+        if self.is_done(offset) {
+            return false;
+        }
+        self.acked.insert(offset);
+        self.normalise();
+        true
+    }
+
+    /// Records a failed attempt of `offset`; returns the attempts so far.
+    pub fn fail(&mut self, offset: u64, not_before_ms: u64) -> u32 {
+        debug_assert!(!self.is_done(offset), "a finished offset cannot fail");
+        let f = self.failed.entry(offset).or_insert(Failed {
+            attempts: 0,
+            not_before_ms: 0,
+        });
+        f.attempts = f.attempts.saturating_add(1);
+        f.not_before_ms = not_before_ms;
+        f.attempts
+    }
+
+    /// Records that `offset`'s dead-letter copy is about to be produced.
+    pub fn intend_dead_letter(&mut self, offset: u64) {
+        self.intents.insert(offset);
+    }
+
+    /// The offset-commit metadata that carries this floor.
+    pub fn metadata(&self) -> String {
+        let acked = ranges(&self.acked)
+            .map(|(a, b)| {
+                if a == b {
+                    a.to_string()
+                } else {
+                    format!("{a}-{b}")
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(",");
+        let failed = self
+            .failed
+            .iter()
+            .map(|(o, f)| format!("{o}={}@{}", f.attempts, f.not_before_ms))
+            .collect::<Vec<_>>()
+            .join(",");
+        let intents = self
+            .intents
+            .iter()
+            .map(u64::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
+        format!("{VERSION}|a:{acked}|f:{failed}|d:{intents}")
+    }
+
+    fn parse(&mut self, metadata: &str) -> Option<()> {
+        let mut parts = metadata.split('|');
+        if parts.next()? != VERSION {
+            return None;
+        }
+        let acked = parts.next()?.strip_prefix("a:")?;
+        let failed = parts.next()?.strip_prefix("f:")?;
+        let intents = parts.next()?.strip_prefix("d:")?;
+        for range in acked.split(',').filter(|s| !s.is_empty()) {
+            let (a, b) = range.split_once('-').unwrap_or((range, range));
+            let (a, b): (u64, u64) = (a.parse().ok()?, b.parse().ok()?);
+            // A range is bounded by what one process can have out: refuse absurd ones
+            // rather than allocate for them.
+            if b < a || b - a > 1 << 24 {
+                return None;
+            }
+            self.acked.extend(a..=b);
+        }
+        for entry in failed.split(',').filter(|s| !s.is_empty()) {
+            let (o, rest) = entry.split_once('=')?;
+            let (n, at) = rest.split_once('@')?;
+            let f = Failed {
+                attempts: n.parse().ok()?,
+                not_before_ms: at.parse().ok()?,
+            };
+            self.failed.insert(o.parse().ok()?, f);
+        }
+        for o in intents.split(',').filter(|s| !s.is_empty()) {
+            self.intents.insert(o.parse().ok()?);
+        }
+        Some(())
+    }
+
+    /// Moves the cursor over finished offsets and drops what lies below it.
+    fn normalise(&mut self) {
+        while self.acked.remove(&self.cursor) {
+            self.failed.remove(&self.cursor);
+            self.intents.remove(&self.cursor);
+            self.cursor += 1;
+        }
+        let cursor = self.cursor;
+        self.acked.retain(|o| *o >= cursor);
+        self.failed.retain(|o, _| *o >= cursor);
+        self.intents.retain(|o| *o >= cursor);
+        for o in &self.acked {
+            self.failed.remove(o);
+            self.intents.remove(o);
+        }
+    }
+}
+
+/// Consecutive runs of `set` as inclusive ranges.
+fn ranges(set: &BTreeSet<u64>) -> impl Iterator<Item = (u64, u64)> + '_ {
+    let mut it = set.iter().copied().peekable();
+    std::iter::from_fn(move || {
+        let start = it.next()?;
+        let mut end = start;
+        while it.peek() == Some(&(end + 1)) {
+            end += 1;
+            it.next();
+        }
+        Some((start, end))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn out_of_order_acks_wait_above_the_cursor() {
+        let mut f = Floor::from_commit(10, "");
+        assert!(f.finish(12));
+        assert!(f.finish(13));
+        assert_eq!(
+            f.cursor(),
+            10,
+            "the floor never passes 10, neither acked nor dead"
+        );
+        assert!(f.is_done(12) && !f.is_done(11));
+        assert!(f.finish(10));
+        assert_eq!(f.cursor(), 11);
+        assert!(f.finish(11));
+        assert_eq!(f.cursor(), 14, "after finishing 13 the cursor is 14");
+        assert!(!f.finish(12), "finishing twice changes nothing");
+    }
+
+    #[test]
+    fn metadata_round_trips_acks_failures_and_intents() {
+        let mut f = Floor::from_commit(100, "");
+        for o in [102, 103, 104, 107] {
+            f.finish(o);
+        }
+        f.fail(100, 0);
+        f.fail(100, 5_000);
+        f.fail(101, 0);
+        f.intend_dead_letter(105);
+        let m = f.metadata();
+        assert_eq!(m, "spool1|a:102-104,107|f:100=2@5000,101=1@0|d:105");
+        assert_eq!(Floor::from_commit(100, &m), f);
+        // A later commit of a lower cursor keeps only what lies at or above it.
+        let moved = Floor::from_commit(103, &m);
+        assert_eq!(
+            moved.cursor(),
+            105,
+            "103 and 104 were acked: the cursor moves on"
+        );
+        assert_eq!(moved.failed(100), None);
+        assert_eq!(moved.intents().collect::<Vec<_>>(), vec![105]);
+    }
+
+    #[test]
+    fn foreign_or_damaged_metadata_reads_as_nothing_above_the_cursor() {
+        for m in [
+            "",
+            "hello",
+            "spool1|a:5-3|f:|d:",
+            "spool1|a:1-99999999999|f:|d:",
+            "spool1|a:x|f:|d:",
+            "spool1|a:|f:1=x@0|d:",
+            "spool2|a:1|f:|d:",
+        ] {
+            let f = Floor::from_commit(0, m);
+            assert_eq!(f, Floor::from_commit(0, ""), "{m:?}");
+        }
+    }
+}

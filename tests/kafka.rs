@@ -1,0 +1,405 @@
+//! `Mode=Kafka` against librdkafka's mock cluster (no broker install): publish, the ack
+//! floor with out-of-order acks, nack = seek back, attempts and acks above the floor kept
+//! across a restart, dead-lettering once across a crash between copy and commit.
+//!
+//! The mock's limits (issue 30): a first group join takes about 3 s and a new member
+//! after one left about 5 s (hence `session.timeout.ms=6000`); topics are created with
+//! `MockCluster::create_topic` (auto-created ones get 4 partitions). Each test has its own
+//! cluster, so the tests run in parallel.
+#![cfg(feature = "kafka")]
+
+use std::time::Duration;
+
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer as _};
+use rdkafka::mocking::MockCluster;
+use rdkafka::producer::DefaultProducerContext;
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use spool::{Delivery, Error, Headers, Spool};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+struct Cluster {
+    mock: MockCluster<'static, DefaultProducerContext>,
+}
+
+impl Cluster {
+    /// A one-broker mock cluster with `topics`, each of one partition.
+    fn new(topics: &[&str]) -> Cluster {
+        let mock = MockCluster::new(1).expect("mock cluster");
+        for t in topics {
+            mock.create_topic(t, 1, 1).expect("create topic");
+        }
+        Cluster { mock }
+    }
+
+    fn connection(&self, extra: &str) -> String {
+        format!(
+            "Mode=Kafka;Bootstrap Servers={};Kafka.session.timeout.ms=6000;{extra}",
+            self.mock.bootstrap_servers()
+        )
+    }
+
+    fn open(&self, extra: &str) -> Spool {
+        Spool::open(&self.connection(extra)).expect("open Mode=Kafka")
+    }
+
+    /// Commits `offset` with `metadata` for `group` as another client would (the group
+    /// must have no members).
+    fn commit_as_other_client(&self, topic: &str, group: &str, offset: i64, metadata: &str) {
+        let c: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", self.mock.bootstrap_servers())
+            .set("group.id", group)
+            .create()
+            .expect("consumer");
+        let mut tpl = TopicPartitionList::new();
+        let mut e = tpl.add_partition(topic, 0);
+        e.set_offset(Offset::Offset(offset)).expect("offset");
+        e.set_metadata(metadata);
+        c.commit(&tpl, CommitMode::Sync).expect("commit");
+        drop(tpl);
+        drop(c);
+    }
+}
+
+async fn recv(c: &mut spool::Consumer) -> Delivery {
+    tokio::time::timeout(WAIT, c.recv())
+        .await
+        .expect("a delivery within the wait")
+        .expect("recv")
+}
+
+async fn publish_n(mq: &Spool, topic: &str, n: u64) {
+    for i in 0..n {
+        let o = mq
+            .publish(topic, format!("m{i}").into_bytes(), &Headers::new())
+            .await
+            .expect("publish");
+        assert_eq!(o, i, "offsets are the partition's, from 0");
+    }
+}
+
+#[test]
+fn connection_string_properties_are_checked_at_open() {
+    let cluster = Cluster::new(&[]);
+    for (extra, key) in [
+        ("Kafka.no.such.property=1", "Kafka.no.such.property"),
+        ("Kafka.linger.ms=soon", "Kafka.linger.ms"),
+        ("Kafka.enable.auto.commit=true", "Kafka.enable.auto.commit"),
+        ("Data Source=./x", "Data Source"),
+    ] {
+        match Spool::open(&cluster.connection(extra)) {
+            Err(Error::InvalidConnectionString { key: k, .. }) => assert_eq!(k, key, "{extra}"),
+            other => panic!("{extra}: expected InvalidConnectionString, got {other:?}"),
+        }
+    }
+    match Spool::open("Mode=Kafka;Bootstrap Servers=127.0.0.1:1;Ack Deadline Ms=5") {
+        Err(Error::Unsupported { what }) => assert!(what.contains("Ack Deadline Ms"), "{what}"),
+        other => panic!("expected Unsupported, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publish_consume_ack_and_the_figures() {
+    let cluster = Cluster::new(&["orders"]);
+    let mq = cluster.open("");
+    publish_n(&mq, "orders", 3).await;
+    let batch = vec![
+        (b"b0".to_vec(), Headers::new()),
+        (b"b1".to_vec(), Headers::new()),
+    ];
+    assert_eq!(
+        mq.publish_batch("orders", batch).await.expect("batch"),
+        vec![3, 4]
+    );
+    assert!(mq.topics().expect("topics").contains(&"orders".to_owned()));
+    let info = mq.topic_info("orders").expect("topic_info");
+    assert_eq!((info.earliest, info.next, info.messages), (0, 5, 5));
+    let fetched = mq.fetch("orders", 1, 2).await.expect("fetch");
+    assert_eq!(
+        fetched.iter().map(|r| r.offset()).collect::<Vec<_>>(),
+        vec![1, 2]
+    );
+    assert_eq!(&fetched[0].payload()[..], b"m1");
+
+    let mut c = mq
+        .consumer("orders", "g")
+        .manual_ack()
+        .build()
+        .expect("consumer");
+    for i in 0..5u64 {
+        let d = recv(&mut c).await;
+        assert_eq!((d.offset(), d.attempt(), d.partition()), (i, 1, 0));
+        d.ack().await.expect("ack is durable");
+    }
+    let gi = mq.group_info("orders", "g").expect("group_info");
+    assert_eq!(
+        (gi.cursor, gi.next, gi.lag),
+        (5, 5, 0),
+        "after finishing 4 the cursor is 5"
+    );
+    assert_eq!(gi.counts.acked, 5);
+    drop(c);
+    mq.close().await.expect("close");
+}
+
+/// Brighter's ADR 0055: a nacked record must not be swallowed by a later ack's commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_later_ack_never_swallows_a_nacked_record() {
+    let cluster = Cluster::new(&["jobs"]);
+    let mq = cluster.open("Max Delivery Attempts=0");
+    publish_n(&mq, "jobs", 3).await;
+    let mut c = mq
+        .consumer("jobs", "g")
+        .manual_ack()
+        .max_in_flight(2)
+        .build()
+        .expect("consumer");
+    let d0 = recv(&mut c).await;
+    let d1 = recv(&mut c).await;
+    assert_eq!((d0.offset(), d1.offset()), (0, 1));
+    let out = d0.nack("try later").await.expect("nack");
+    assert_eq!(
+        (out.delivery_attempt, out.dead_lettered, out.next_offset),
+        (1, false, 0)
+    );
+    d1.ack().await.expect("ack of 1");
+    assert_eq!(
+        mq.group_info("jobs", "g").expect("info").cursor,
+        0,
+        "1's ack waits above 0"
+    );
+    let again = recv(&mut c).await;
+    assert_eq!(
+        (again.offset(), again.attempt()),
+        (0, 2),
+        "the nacked record comes next"
+    );
+    again.ack().await.expect("ack of 0");
+    assert_eq!(
+        mq.group_info("jobs", "g").expect("info").cursor,
+        2,
+        "0 and 1 finished"
+    );
+    let d2 = recv(&mut c).await;
+    assert_eq!(d2.offset(), 2, "1 was acked: not delivered again");
+    d2.ack().await.expect("ack");
+}
+
+/// Acks above the floor and failed attempts live in the commit: a restart forgets neither.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_forgets_neither_acks_above_the_floor_nor_attempts() {
+    let cluster = Cluster::new(&["t"]);
+    {
+        let mq = cluster.open("Max Delivery Attempts=0");
+        publish_n(&mq, "t", 5).await;
+        let mut c = mq
+            .consumer("t", "g")
+            .manual_ack()
+            .max_in_flight(5)
+            .build()
+            .expect("consumer");
+        let ds: Vec<Delivery> = futures_util_join(&mut c, 5).await;
+        let mut ds = ds.into_iter();
+        let d0 = ds.next().expect("0");
+        let rest: Vec<Delivery> = ds.collect();
+        assert_eq!(d0.offset(), 0);
+        d0.nack("first failure").await.expect("nack");
+        for d in rest {
+            if d.offset() != 2 {
+                d.ack().await.expect("ack");
+            } else {
+                std::mem::forget(d); // out when the process "stops": no ack, no release
+            }
+        }
+        let gi = mq.group_info("t", "g").expect("info");
+        assert_eq!(gi.cursor, 0);
+        assert_eq!(
+            gi.pending.len(),
+            1,
+            "one record with a failed attempt: {gi:?}"
+        );
+        drop(c);
+        mq.close().await.expect("close");
+    }
+    let mq = cluster.open("Max Delivery Attempts=0");
+    let mut c = mq
+        .consumer("t", "g")
+        .manual_ack()
+        .build()
+        .expect("consumer");
+    let d = recv(&mut c).await;
+    assert_eq!(
+        (d.offset(), d.attempt()),
+        (0, 2),
+        "the attempt survived the restart"
+    );
+    d.ack().await.expect("ack");
+    let d = recv(&mut c).await;
+    assert_eq!(
+        (d.offset(), d.attempt()),
+        (2, 1),
+        "1, 3 and 4 were acked: only 2 comes back"
+    );
+    d.ack().await.expect("ack");
+    assert_eq!(mq.group_info("t", "g").expect("info").cursor, 5);
+}
+
+async fn futures_util_join(c: &mut spool::Consumer, n: usize) -> Vec<Delivery> {
+    let mut out = Vec::new();
+    while out.len() < n {
+        out.push(recv(c).await);
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_attempt_limit_dead_letters_once_with_provenance() {
+    let cluster = Cluster::new(&["pay", "pay.dlq"]);
+    let mq = cluster.open("Max Delivery Attempts=2");
+    let mut h = Headers::new();
+    h.insert("message-key".into(), "k1".into());
+    mq.publish("pay", b"boom".to_vec(), &h)
+        .await
+        .expect("publish");
+    publish_n_from(&mq, "pay", 1, 2).await;
+    let mut c = mq
+        .consumer("pay", "g")
+        .manual_ack()
+        .build()
+        .expect("consumer");
+    let d = recv(&mut c).await;
+    assert!(!d.nack("bad").await.expect("nack").dead_lettered);
+    let d = recv(&mut c).await;
+    assert_eq!((d.offset(), d.attempt()), (0, 2));
+    let out = d.nack("still bad").await.expect("nack");
+    assert!(out.dead_lettered);
+    assert_eq!(
+        out.next_offset, 1,
+        "the cursor moves once the copy is durable"
+    );
+    let next = recv(&mut c).await;
+    assert_eq!(next.offset(), 1);
+    next.ack().await.expect("ack");
+    let copies = mq.fetch("pay.dlq", 0, 10).await.expect("fetch dlq");
+    assert_eq!(copies.len(), 1);
+    let ch = copies[0].headers();
+    assert_eq!(&copies[0].payload()[..], b"boom");
+    assert_eq!(ch.get("x-original-topic").map(String::as_str), Some("pay"));
+    assert_eq!(ch.get("x-original-offset").map(String::as_str), Some("0"));
+    assert_eq!(
+        ch.get("x-original-partition").map(String::as_str),
+        Some("0")
+    );
+    assert_eq!(ch.get("x-consumer-group").map(String::as_str), Some("g"));
+    assert_eq!(ch.get("x-delivery-attempts").map(String::as_str), Some("2"));
+    assert_eq!(
+        ch.get("x-dead-letter-reason").map(String::as_str),
+        Some("still bad")
+    );
+    assert_eq!(ch.get("message-key").map(String::as_str), Some("k1"));
+    assert_eq!(mq.group_info("pay", "g").expect("info").dead_lettered, 1);
+}
+
+async fn publish_n_from(mq: &Spool, topic: &str, first: u64, n: u64) {
+    for i in first..first + n {
+        let o = mq
+            .publish(topic, format!("m{i}").into_bytes(), &Headers::new())
+            .await
+            .expect("publish");
+        assert_eq!(o, i);
+    }
+}
+
+/// A crash between the copy and the commit: the intent is committed, the copy is in the
+/// dead-letter topic, the record not yet finished. The next read finds the copy and makes
+/// no second one. Without the copy, it makes exactly one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_lettering_is_once_across_a_crash_between_copy_and_commit() {
+    let cluster = Cluster::new(&["a", "a.dlq", "b", "b.dlq"]);
+    let mq = cluster.open("Max Delivery Attempts=2");
+    publish_n(&mq, "a", 2).await;
+    publish_n(&mq, "b", 2).await;
+    // "a": the copy was made before the crash.
+    let mut h = Headers::new();
+    for (k, v) in [
+        ("x-original-topic", "a"),
+        ("x-original-partition", "0"),
+        ("x-original-offset", "0"),
+        ("x-consumer-group", "g"),
+    ] {
+        h.insert(k.into(), v.into());
+    }
+    mq.publish("a.dlq", b"m0".to_vec(), &h)
+        .await
+        .expect("the first copy");
+    let intent = "spool1|a:|f:0=2@0|d:0";
+    cluster.commit_as_other_client("a", "g", 0, intent);
+    cluster.commit_as_other_client("b", "g", 0, intent);
+    for topic in ["a", "b"] {
+        let mut c = mq
+            .consumer(topic, "g")
+            .manual_ack()
+            .build()
+            .expect("consumer");
+        let d = recv(&mut c).await;
+        assert_eq!(
+            d.offset(),
+            1,
+            "{topic}: 0 was dead-lettered before the crash"
+        );
+        d.ack().await.expect("ack");
+        let copies = mq
+            .fetch(&format!("{topic}.dlq"), 0, 10)
+            .await
+            .expect("fetch");
+        assert_eq!(copies.len(), 1, "{topic}: exactly one copy");
+        assert_eq!(mq.group_info(topic, "g").expect("info").cursor, 2);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_ack_commits_the_previous_delivery() {
+    let cluster = Cluster::new(&["auto"]);
+    let mq = cluster.open("");
+    publish_n(&mq, "auto", 3).await;
+    let mut c = mq.consumer("auto", "g").build().expect("consumer");
+    for i in 0..3 {
+        assert_eq!(recv(&mut c).await.offset(), i);
+    }
+    c.close().await.expect("close acks the last one");
+    assert_eq!(mq.group_info("auto", "g").expect("info").cursor, 3);
+}
+
+/// A delayed nack holds the record (and its slot) until the delay passes, then it comes
+/// back before later records.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delayed_nack_waits_then_comes_back_first() {
+    let cluster = Cluster::new(&["slow"]);
+    let mq = cluster.open("Max Delivery Attempts=0");
+    publish_n(&mq, "slow", 2).await;
+    let mut c = mq
+        .consumer("slow", "g")
+        .manual_ack()
+        .build()
+        .expect("consumer");
+    let d = recv(&mut c).await;
+    let delay = Duration::from_millis(700);
+    let start = std::time::Instant::now();
+    let out = d.nack_with_delay("later", delay).await.expect("nack");
+    assert!(out.redeliver_at.is_some());
+    let again = recv(&mut c).await;
+    // Not-before times are whole milliseconds of the wall clock: allow one's rounding.
+    let floor = delay - Duration::from_millis(2);
+    assert!(
+        start.elapsed() >= floor,
+        "came back after {:?}",
+        start.elapsed()
+    );
+    assert_eq!(
+        (again.offset(), again.attempt()),
+        (0, 2),
+        "0 first, 1 waited behind it"
+    );
+    again.ack().await.expect("ack");
+    assert_eq!(recv(&mut c).await.offset(), 1);
+}
