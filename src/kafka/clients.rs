@@ -4,7 +4,7 @@
 
 use rdkafka::ClientConfig;
 use rdkafka::config::FromClientConfigAndContext;
-use rdkafka::consumer::{BaseConsumer, StreamConsumer};
+use rdkafka::consumer::BaseConsumer;
 use rdkafka::error::KafkaError;
 use rdkafka::producer::FutureProducer;
 
@@ -44,12 +44,12 @@ pub(super) fn member(
     o: &Options,
     group: &str,
     context: GroupContext,
-) -> Result<StreamConsumer<GroupContext>> {
+) -> Result<BaseConsumer<GroupContext>> {
     let mut c = consumer_config(o);
     c.set("group.id", group)
         .set("enable.auto.commit", "false")
         .set("auto.offset.reset", "earliest");
-    create(&c, |c| StreamConsumer::from_config_and_context(c, context))
+    create(&c, |c| BaseConsumer::from_config_and_context(c, context))
 }
 
 fn consumer_config(o: &Options) -> ClientConfig {

@@ -1,11 +1,13 @@
 //! The consumer and delivery handles of `Mode=Kafka`, over a group's member (`group.rs`).
 //!
 //! - `recv` hands out, in this order: a held record that is due (nacked with a delay, or
-//!   released), then the next record librdkafka reads that `admit` lets through.
+//!   released), then the next record of the poll thread's buffer that `verdict` lets
+//!   through.
 //! - `ack` finishes the record in its floor and waits for the commit that covers it.
-//! - `nack` records the attempt durably (in the commit's metadata), then seeks the
-//!   partition back to the record (Brighter's ADR 0055) so it is the group's next
-//!   delivery from this process; with a delay it is held instead, and handed out when due.
+//! - `nack` records the attempt durably (in the commit's metadata), then has the poll
+//!   thread seek the partition back to the record (Brighter's ADR 0055), so it is the
+//!   group's next delivery from this process; with a delay it is held instead, and
+//!   handed out when due.
 //! - At `Max Delivery Attempts` the copy goes to `<topic><suffix>` once: the intent is
 //!   committed first, the copy produced, then the record finished. A crash between copy
 //!   and commit is found at the next read of the record (`resolve_intent`), which looks
@@ -15,12 +17,10 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use rdkafka::Offset;
-use rdkafka::consumer::Consumer as _;
 use rdkafka::message::{BorrowedMessage, Headers as _, Message as _};
 
 use super::group::{Group, Part};
-use super::{Kafka, kafka_err, to_i64, to_u64};
+use super::{Kafka, to_u64};
 use crate::error::{Error, Result};
 use crate::format::Headers;
 use crate::format::record::{Record, system_time_ms};
@@ -130,39 +130,51 @@ impl KafkaConsumer {
             let room = self.group.shared.room.notified();
             tokio::pin!(room);
             room.as_mut().enable();
-            let (full, due) = {
-                let mut st = self.group.shared.lock();
-                if st.in_flight < st.max_in_flight
-                    && let Some(d) = take_held(&self.group, &mut st)
-                {
-                    return Ok(d);
-                }
-                // A held record keeps its slot while it waits, as in embedded mode: with
-                // max_in_flight(1), later records wait behind a delayed nack.
-                let held: usize = st.parts.values().map(|p| p.held.len()).sum();
-                (st.in_flight + held >= st.max_in_flight, next_due(&st))
-            };
-            let wait = due.map_or(Duration::from_secs(3600), |at| {
-                Duration::from_millis(at.saturating_sub(now_ms()))
-            });
-            if full {
-                tokio::select! {
-                    () = tokio::time::sleep(wait) => {}
-                    () = &mut room => {}
-                }
-                continue;
-            }
-            tokio::select! {
-                m = self.group.consumer.recv() => {
-                    let m = m.map_err(|e| kafka_err("reading records", e))?;
-                    let (p, rec) = (m.partition(), record_of(&m));
-                    drop(m);
-                    if let Some(d) = self.admit(p, rec).await? {
-                        return Ok(d);
+            match self.step() {
+                Step::Deliver(d) => return Ok(d),
+                Step::Intent(p, rec) => dead_letter::resolve_intent(&self.group, p, rec).await?,
+                Step::Wait(due) => {
+                    let wait = due.map_or(Duration::from_secs(3600), |at| {
+                        Duration::from_millis(at.saturating_sub(now_ms()))
+                    });
+                    tokio::select! {
+                        () = tokio::time::sleep(wait) => {}
+                        () = &mut room => {}
                     }
                 }
-                () = tokio::time::sleep(wait) => {}
-                () = &mut room => {}
+            }
+        }
+    }
+
+    /// One look at the member's state: a held record that is due, else the buffer's
+    /// next record that `verdict` lets through.
+    fn step(&self) -> Step {
+        let g = &self.group;
+        let mut st = g.shared.lock();
+        loop {
+            if st.in_flight < st.max_in_flight
+                && let Some(d) = take_held(g, &mut st)
+            {
+                return Step::Deliver(d);
+            }
+            // A held record keeps its slot while it waits, as in embedded mode: with
+            // max_in_flight(1), later records wait behind a delayed nack.
+            let held: usize = st.parts.values().map(|p| p.held.len()).sum();
+            if st.in_flight + held >= st.max_in_flight {
+                return Step::Wait(next_due(&st));
+            }
+            let Some((p, rec)) = st.buffer.pop_front() else {
+                return Step::Wait(next_due(&st));
+            };
+            match verdict(&st, p, &rec) {
+                Verdict::Skip => {}
+                Verdict::Hold => {
+                    if let Some(part) = st.parts.get_mut(&p) {
+                        part.held.insert(rec.offset, rec);
+                    }
+                }
+                Verdict::HandOut => return Step::Deliver(hand_out(g, &mut st, p, rec)),
+                Verdict::Intent => return Step::Intent(p, rec),
             }
         }
     }
@@ -170,8 +182,20 @@ impl KafkaConsumer {
     /// The next delivery if one is ready now.
     pub(crate) fn try_recv(&mut self) -> Result<Option<KafkaDelivery>> {
         self.ack_last();
-        let d = futures_util::FutureExt::now_or_never(self.next()).transpose()?;
-        Ok(d.map(|d| self.handed_out(d)))
+        self.group.kafka.check_open()?;
+        Ok(self.try_step().map(|d| self.handed_out(d)))
+    }
+
+    /// `step` without waiting; a record with a dead-letter intent goes back for `recv`.
+    fn try_step(&self) -> Option<KafkaDelivery> {
+        match self.step() {
+            Step::Deliver(d) => Some(d),
+            Step::Intent(p, rec) => {
+                self.group.shared.lock().buffer.push_front((p, rec));
+                None
+            }
+            Step::Wait(_) => None,
+        }
     }
 
     /// At least one delivery, then what is ready now, up to `max`.
@@ -183,13 +207,11 @@ impl KafkaConsumer {
         let first = self.next().await?;
         let mut out = vec![self.handed_out(first)];
         while out.len() < max {
-            match futures_util::FutureExt::now_or_never(self.next()) {
-                Some(d) => {
-                    let d = self.handed_out(d?);
-                    out.push(d);
-                }
-                None => break,
-            }
+            let Some(d) = self.try_step() else {
+                break;
+            };
+            let d = self.handed_out(d);
+            out.push(d);
         }
         Ok(out)
     }
@@ -201,29 +223,18 @@ impl KafkaConsumer {
         drop(self);
         g.flush().await
     }
-
-    /// Decides what to do with a record librdkafka read: hand it out, or skip it.
-    async fn admit(&self, p: i32, rec: Record) -> Result<Option<KafkaDelivery>> {
-        let intent = {
-            let mut st = self.group.shared.lock();
-            match verdict(&st, p, &rec) {
-                Verdict::Skip => return Ok(None),
-                Verdict::Hold => {
-                    if let Some(part) = st.parts.get_mut(&p) {
-                        part.held.insert(rec.offset, rec);
-                    }
-                    return Ok(None);
-                }
-                Verdict::HandOut => return Ok(Some(hand_out(&self.group, &mut st, p, rec))),
-                Verdict::Intent => rec,
-            }
-        };
-        dead_letter::resolve_intent(&self.group, p, intent).await?;
-        Ok(None)
-    }
 }
 
-/// What `admit` does with a record read.
+/// What `step` found.
+enum Step {
+    Deliver(KafkaDelivery),
+    /// A record whose dead-letter intent must be resolved first.
+    Intent(i32, Record),
+    /// Nothing to hand out; the earliest held record is due then (ms since the epoch).
+    Wait(Option<u64>),
+}
+
+/// What `step` does with a record read.
 enum Verdict {
     /// Finished, out, held, or of a partition no longer assigned.
     Skip,
@@ -385,7 +396,8 @@ impl KafkaDelivery {
             })
         };
         shared.room.notify_waiters();
-        async move { shared.durable(version?).await }
+        let offset = Some(self.record.offset);
+        async move { shared.durable(version?, offset).await }
     }
 
     /// Records a failed attempt durably, then redelivers or dead-letters.
@@ -423,7 +435,7 @@ impl KafkaDelivery {
             return dead_letter::dead_letter(&g, self.partition, record, attempts, reason, &dlq)
                 .await;
         }
-        g.shared.durable(version).await?;
+        g.shared.durable(version, Some(o)).await?;
         let next_offset = self.redeliver(delay);
         let redeliver_at = (!delay.is_zero()).then(|| SystemTime::now() + delay);
         Ok(NackOutcome {
@@ -437,17 +449,8 @@ impl KafkaDelivery {
     /// Puts the nacked record back: held in memory with a delay, else a seek back to it
     /// (held too if the seek fails). Returns the partition's cursor.
     fn redeliver(&mut self, delay: Duration) -> u64 {
-        let g = &self.group;
+        let g = self.group.clone();
         let o = self.record.offset;
-        let seek = delay.is_zero()
-            && g.consumer
-                .seek(
-                    &g.topic,
-                    self.partition,
-                    Offset::Offset(to_i64(o)),
-                    Duration::ZERO,
-                )
-                .is_ok();
         let mut st = g.shared.lock();
         let Some(part) = st
             .parts
@@ -456,11 +459,13 @@ impl KafkaDelivery {
         else {
             return 0;
         };
-        if !seek {
-            part.held
-                .insert(o, std::mem::replace(&mut self.record, empty_record(o)));
-        }
         let cursor = part.floor.cursor();
+        let rec = std::mem::replace(&mut self.record, empty_record(o));
+        if delay.is_zero() {
+            g.shared.seek_back(&mut st, self.partition, rec);
+        } else {
+            part.held.insert(o, rec);
+        }
         drop(st);
         g.shared.room.notify_waiters();
         cursor

@@ -1,6 +1,6 @@
 //! A group's member in this process under `Mode=Kafka`: one librdkafka consumer shared by
-//! every `Consumer` of the group, the floors of the partitions Kafka assigned to it, and
-//! a committer thread.
+//! every `Consumer` of the group, the floors of the partitions Kafka assigned to it, a
+//! poll thread (`poller.rs`) and a committer thread.
 //!
 //! - **Acks** change a floor at once; the committer then commits every assigned
 //!   partition's cursor with its floor's metadata (`floor.rs`) in one `OffsetCommit`. An
@@ -11,14 +11,12 @@
 //! - **Records admitted** (`admit`): finished ones, ones out and ones held are skipped, so
 //!   a seek back or a rebalance re-reading a partition hands nothing out twice.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{
-    BaseConsumer, CommitMode, Consumer as _, ConsumerContext, Rebalance, StreamConsumer,
-};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer as _, ConsumerContext, Rebalance};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use tokio::sync::{Notify, watch};
 
@@ -53,16 +51,35 @@ pub(super) struct State {
     pub max_in_flight: usize,
     pub in_flight: usize,
     pub counts: GroupCounts,
+    /// Records the poll thread read, in order, for `recv` to admit.
+    pub buffer: VecDeque<(i32, Record)>,
+    /// Seeks back asked for by nacks, for the poll thread to make (with the record, to
+    /// hold it if the seek fails).
+    pub seeks: Vec<(i32, Record)>,
+    /// Set at an assignment: the poll thread's pause state is void.
+    pub reassigned: bool,
     /// Records dead-lettered by this member since it joined.
     pub dead_lettered: u64,
-    closing: bool,
+    pub closing: bool,
 }
 
 /// The latest commit's outcome: acks wait on it.
 #[derive(Clone, Debug, Default)]
 struct Committed {
     ok: u64,
-    failed: Option<(u64, String)>,
+    failed: Option<Failure>,
+    /// The member stopped: nothing more will be committed.
+    closed: bool,
+}
+
+/// A commit that failed for good, and the versions it leaves not durable.
+#[derive(Clone, Debug)]
+struct Failure {
+    version: u64,
+    /// At a revoke: the partitions are another member's now, and their records will be
+    /// delivered there again. An ack left behind is stale, as after a reset.
+    revoked: bool,
+    detail: String,
 }
 
 /// What the member, its rebalance callbacks and its committer share.
@@ -89,20 +106,88 @@ impl Shared {
         st.version
     }
 
-    /// Waits until a commit covering `version` is acknowledged by the broker.
-    pub async fn durable(&self, version: u64) -> Result<()> {
+    /// Keeps `rec` to hand out again from memory (due by its floor's not-before time).
+    pub fn hold(&self, p: i32, rec: Record) {
+        let mut st = self.lock();
+        if let Some(part) = st.parts.get_mut(&p) {
+            part.held.insert(rec.offset, rec);
+        }
+        drop(st);
+        self.room.notify_waiters();
+    }
+
+    /// A record the poll thread read, for `recv`. Dropped if its partition went, or if
+    /// a seek back of its partition to it or before it is pending (it will be read again).
+    pub fn arrived(&self, p: i32, rec: Record) {
+        let mut st = self.lock();
+        let sought = st
+            .seeks
+            .iter()
+            .any(|(sp, s)| *sp == p && s.offset <= rec.offset);
+        if st.parts.contains_key(&p) && !sought {
+            st.buffer.push_back((p, rec));
+        }
+        drop(st);
+        self.room.notify_waiters();
+    }
+
+    /// Asks the poll thread to seek partition `p` back to `rec`. What the buffer holds
+    /// of `p` from there on goes now, so `rec` is the partition's next delivery.
+    pub fn seek_back(&self, st: &mut State, p: i32, rec: Record) {
+        st.buffer
+            .retain(|(bp, r)| *bp != p || r.offset < rec.offset);
+        st.seeks.push((p, rec));
+    }
+
+    /// `Kafka Timeout Ms`.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Tells the acks waiting for `version` or below how its commit went.
+    fn committed(&self, version: u64, result: Result<()>, revoked: bool) {
+        match result {
+            Ok(()) => self.committed.send_modify(|c| c.ok = c.ok.max(version)),
+            Err(e) => {
+                let detail = match e {
+                    Error::Kafka { detail, .. } => detail,
+                    other => other.to_string(),
+                };
+                let f = Failure {
+                    version,
+                    revoked,
+                    detail,
+                };
+                self.committed.send_modify(|c| c.failed = Some(f));
+            }
+        }
+    }
+
+    /// Waits until a commit covering `version` is acknowledged by the broker. `offset`
+    /// names the record an ack or nack waits for (a stale one fails naming it).
+    pub async fn durable(&self, version: u64, offset: Option<u64>) -> Result<()> {
         let mut rx = self.committed.subscribe();
         let seen = rx
-            .wait_for(|c| c.ok >= version || c.failed.as_ref().is_some_and(|f| f.0 >= version))
+            .wait_for(|c| {
+                c.ok >= version
+                    || c.closed
+                    || c.failed.as_ref().is_some_and(|f| f.version >= version)
+            })
             .await
             .map_err(|_| Error::Closed)?
             .clone();
-        match seen.failed {
-            Some((v, detail)) if seen.ok < version && v >= version => Err(Error::Kafka {
+        if seen.ok >= version {
+            return Ok(());
+        }
+        match (seen.failed, offset) {
+            (Some(f), Some(offset)) if f.version >= version && f.revoked => {
+                Err(Error::StaleDelivery { offset })
+            }
+            (Some(f), _) if f.version >= version => Err(Error::Kafka {
                 context: "committing the group's offsets".to_owned(),
-                detail,
+                detail: f.detail,
             }),
-            _ => Ok(()),
+            _ => Err(Error::Closed),
         }
     }
 }
@@ -118,20 +203,29 @@ impl ConsumerContext for GroupContext {
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         if let Rebalance::Revoke(tpl) = rebalance {
             let lost: Vec<i32> = tpl.elements().iter().map(|e| e.partition()).collect();
-            let floors = {
+            // Every assigned partition's floor, as of one version: a success covers every
+            // ack made so far, whichever partition it was of.
+            let (version, floors) = {
                 let mut st = self.shared.lock();
-                let floors = floors_of(&st, &lost);
+                let all: Vec<i32> = st.parts.keys().copied().collect();
+                let floors = floors_of(&st, &all);
                 for p in &lost {
                     if let Some(part) = st.parts.remove(p) {
-                        st.in_flight -= part.out.len();
+                        st.in_flight = st.in_flight.saturating_sub(part.out.len());
                     }
                 }
-                floors
+                st.buffer.retain(|(p, _)| !lost.contains(p));
+                st.seeks.retain(|(p, _)| !lost.contains(p));
+                (st.version, floors)
             };
             self.shared.room.notify_waiters();
-            if let Err(e) = commit(consumer, &self.shared.topic, &floors) {
+            let result = commit(consumer, &self.shared.topic, &floors);
+            if let Err(e) = &result {
                 tracing::warn!(topic = %self.shared.topic, error = %e, "commit at revoke failed");
             }
+            // The lost partitions' acks are never committed by this member again: their
+            // waiters learn now whether they are durable.
+            self.shared.committed(version, result, true);
         }
     }
 
@@ -141,6 +235,7 @@ impl ConsumerContext for GroupContext {
             match read_floors(consumer, &self.shared.topic, &got, self.shared.timeout) {
                 Ok(floors) => {
                     let mut st = self.shared.lock();
+                    st.reassigned = true;
                     for (p, floor) in floors {
                         let part = Part {
                             floor,
@@ -248,9 +343,9 @@ pub(super) struct Group {
     pub kafka: Kafka,
     pub topic: String,
     pub name: String,
-    pub consumer: Arc<StreamConsumer<GroupContext>>,
+    pub consumer: Arc<BaseConsumer<GroupContext>>,
     pub shared: Arc<Shared>,
-    committer: Mutex<Option<std::thread::JoinHandle<()>>>,
+    threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
 }
 
 impl std::fmt::Debug for Group {
@@ -278,61 +373,72 @@ impl Group {
             .subscribe(&[topic])
             .map_err(|e| kafka_err("subscribing to the topic", e))?;
         let consumer = Arc::new(consumer);
-        let committer = {
-            let (shared, consumer) = (shared.clone(), consumer.clone());
-            let topic = topic.to_owned();
-            let interval = Duration::from_millis(kafka.options().commit_interval_ms);
-            std::thread::Builder::new()
-                .name("spool-kafka-commit".into())
-                .spawn(move || run_committer(&shared, &consumer, &topic, interval))
-                .map_err(|e| Error::Io {
-                    context: "starting a Kafka committer thread".into(),
-                    source: e,
-                })?
-        };
-        Ok(Arc::new(Group {
+        let group = Arc::new(Group {
             kafka,
             topic: topic.to_owned(),
             name: group.to_owned(),
             consumer,
             shared,
-            committer: Mutex::new(Some(committer)),
-        }))
+            threads: Mutex::new(Vec::new()),
+        });
+        // If a thread cannot start, dropping `group` stops the other.
+        group.start("spool-kafka-commit", run_committer)?;
+        group.start("spool-kafka-poll", super::poller::run)?;
+        Ok(group)
+    }
+
+    fn start(&self, name: &str, f: fn(&Shared, &BaseConsumer<GroupContext>, &str)) -> Result<()> {
+        let (shared, consumer) = (self.shared.clone(), self.consumer.clone());
+        let topic = self.topic.clone();
+        let handle = std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || f(&shared, &consumer, &topic))
+            .map_err(|e| Error::Io {
+                context: format!("starting the thread {name}"),
+                source: e,
+            })?;
+        self.threads
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(handle);
+        Ok(())
     }
 
     /// Waits until everything changed so far is committed.
     pub async fn flush(&self) -> Result<()> {
         let v = self.shared.lock().version;
-        self.shared.durable(v).await
+        self.shared.durable(v, None).await
     }
-}
 
-impl Drop for Group {
-    fn drop(&mut self) {
+    /// Commits a last time and leaves the group (the poll thread closes the consumer,
+    /// committing the floors at the revoke). Later acks fail with `Closed`. Blocking;
+    /// idempotent.
+    pub fn stop(&self) {
         {
             let mut st = self.shared.lock();
             st.closing = true;
             self.shared.dirty.notify_one();
         }
-        let handle = self
-            .committer
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-        if let Some(h) = handle {
+        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
+        for h in threads {
             let _ = h.join();
         }
+        self.shared.committed.send_modify(|c| c.closed = true);
     }
 }
 
-/// Commits whenever the state changed; on a failed commit, retries after `interval`.
-/// Ends, after a last commit, once the member closes.
-fn run_committer(
-    shared: &Shared,
-    consumer: &StreamConsumer<GroupContext>,
-    topic: &str,
-    interval: Duration,
-) {
+impl Drop for Group {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Commits whenever the state changed. A failed commit (a rebalance in progress, a
+/// broker away) is retried every `RETRY` while its acks wait; they fail once commits
+/// have failed for `Kafka Timeout Ms`. Ends, after a last commit, once the member closes.
+fn run_committer(shared: &Shared, consumer: &BaseConsumer<GroupContext>, topic: &str) {
+    const RETRY: Duration = Duration::from_millis(100);
+    let mut failing_since: Option<Instant> = None;
     loop {
         let (version, floors) = {
             let mut st = shared.lock();
@@ -346,21 +452,24 @@ fn run_committer(
             let parts: Vec<i32> = st.parts.keys().copied().collect();
             (st.version, floors_of(&st, &parts))
         };
-        match commit(consumer, topic, &floors) {
-            Ok(()) => shared.committed.send_modify(|c| c.ok = c.ok.max(version)),
-            Err(e) => {
-                tracing::warn!(%topic, error = %e, "offset commit failed; retrying");
-                shared
-                    .committed
-                    .send_modify(|c| c.failed = Some((version, e.to_string())));
-                let mut st = shared.lock();
-                if st.closing {
-                    return;
-                }
-                st.taken = st.taken.min(version - 1);
-                drop(shared.dirty.wait_timeout(st, interval));
-            }
+        let result = commit(consumer, topic, &floors);
+        let Err(e) = result else {
+            failing_since = None;
+            shared.committed(version, Ok(()), false);
+            continue;
+        };
+        tracing::warn!(%topic, error = %e, "offset commit failed; retrying");
+        let since = *failing_since.get_or_insert_with(Instant::now);
+        let mut st = shared.lock();
+        if st.closing || since.elapsed() >= shared.timeout {
+            failing_since = None;
+            shared.committed(version, Err(e), false);
         }
+        if st.closing {
+            return;
+        }
+        st.taken = st.taken.min(version.saturating_sub(1));
+        drop(shared.dirty.wait_timeout(st, RETRY));
     }
 }
 

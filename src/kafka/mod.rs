@@ -7,6 +7,7 @@
 //! - `produce.rs`: idempotent produce, single and batch.
 //! - `floor.rs`: one partition's ack floor and its encoding in a commit's metadata.
 //! - `group.rs`: a group's member in this process: its partitions, floors and committer.
+//! - `poller.rs`: a group member's poll thread, the only reader of its consumer.
 //! - `consumer.rs`: the consumer and delivery handles over a group.
 //!
 //! **Invariant:** the committed offset of a partition is its floor's cursor: a commit never
@@ -30,6 +31,7 @@ mod clients;
 mod consumer;
 mod floor;
 mod group;
+mod poller;
 mod produce;
 
 pub(crate) use consumer::{KafkaConsumer, KafkaDelivery, Settings};

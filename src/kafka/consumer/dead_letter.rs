@@ -10,8 +10,8 @@
 
 use std::sync::Arc;
 
+use super::super::blocking;
 use super::super::group::Group;
-use super::super::{blocking, to_i64};
 use crate::error::Result;
 use crate::format::Headers;
 use crate::format::record::Record;
@@ -57,15 +57,10 @@ pub(super) async fn dead_letter(
         }
         g.shared.changed(&mut st)
     };
-    g.shared.durable(v).await?;
+    g.shared.durable(v, Some(o)).await?;
     if let Err(e) = produce_copy(g, p, &record, attempts, reason, dlq).await {
-        let _ = rdkafka::consumer::Consumer::seek(
-            &*g.consumer,
-            &g.topic,
-            p,
-            rdkafka::Offset::Offset(to_i64(o)),
-            std::time::Duration::ZERO,
-        );
+        let mut st = g.shared.lock();
+        g.shared.seek_back(&mut st, p, record);
         return Err(e);
     }
     let next_offset = finish(g, p, o).await?;
@@ -116,7 +111,7 @@ async fn finish(g: &Arc<Group>, p: i32, o: u64) -> Result<u64> {
         (g.shared.changed(&mut st), cursor)
     };
     g.shared.room.notify_waiters();
-    g.shared.durable(v).await?;
+    g.shared.durable(v, Some(o)).await?;
     Ok(cursor)
 }
 

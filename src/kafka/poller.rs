@@ -1,0 +1,108 @@
+//! A group member's poll thread. It alone polls the member's librdkafka consumer, so:
+//! - rebalances and the `max.poll.interval.ms` deadline are served while the application
+//!   is busy, or waits for an ack whose commit waits for that very rebalance;
+//! - a seek back (a nack) is made between two polls, so every record polled after it is
+//!   of the new position, and the records buffered before it are dropped;
+//! - records wait in the member's buffer (`State::buffer`); past `BUFFER_RECORDS` the
+//!   assigned partitions are paused, and resumed once it drained to half.
+
+use std::time::Duration;
+
+use rdkafka::Offset;
+use rdkafka::consumer::{BaseConsumer, Consumer as _};
+use rdkafka::error::KafkaError;
+use rdkafka::message::Message as _;
+
+use super::consumer::record_of;
+use super::group::{GroupContext, Shared};
+use super::to_i64;
+
+/// Records read ahead of the consumers, at most (then the partitions are paused).
+pub(super) const BUFFER_RECORDS: usize = 1000;
+
+/// How long one poll waits: also how long a close waits for this thread.
+const POLL: Duration = Duration::from_millis(50);
+
+/// Polls until the member closes.
+pub(super) fn run(shared: &Shared, consumer: &BaseConsumer<GroupContext>, topic: &str) {
+    let mut paused = false;
+    loop {
+        let (seeks, want_paused) = {
+            let mut st = shared.lock();
+            if st.closing {
+                drop(st);
+                leave(shared, consumer, topic);
+                return;
+            }
+            let seeks = std::mem::take(&mut st.seeks);
+            for (p, rec) in &seeks {
+                st.buffer.retain(|(bp, r)| bp != p || r.offset < rec.offset);
+            }
+            if std::mem::take(&mut st.reassigned) {
+                paused = false;
+            }
+            let len = st.buffer.len();
+            (
+                seeks,
+                if paused {
+                    len > BUFFER_RECORDS / 2
+                } else {
+                    len >= BUFFER_RECORDS
+                },
+            )
+        };
+        for (p, rec) in seeks {
+            let to = Offset::Offset(to_i64(rec.offset));
+            if let Err(e) = consumer.seek(topic, p, to, Duration::ZERO) {
+                // Not fetching that partition now: hand the record out from memory.
+                tracing::debug!(%topic, p, error = %e, "seek back failed; the record is held");
+                shared.hold(p, rec);
+            }
+        }
+        if want_paused != paused && set_paused(consumer, want_paused) {
+            paused = want_paused;
+        }
+        match consumer.poll(POLL) {
+            None => {}
+            Some(Ok(m)) => {
+                let (p, rec) = (m.partition(), record_of(&m));
+                drop(m);
+                shared.arrived(p, rec);
+            }
+            // librdkafka recovers from these itself (a broker away, a partition moving).
+            Some(Err(KafkaError::MessageConsumption(code))) => {
+                tracing::debug!(%topic, ?code, "consumer notice");
+            }
+            Some(Err(e)) => {
+                tracing::warn!(%topic, error = %e, "polling the group's consumer failed");
+                std::thread::sleep(POLL);
+            }
+        }
+    }
+}
+
+/// Leaves the group as librdkafka's own close does, waiting at most `Kafka Timeout Ms`:
+/// the revoke callback commits the floors on the way out.
+fn leave(shared: &Shared, consumer: &BaseConsumer<GroupContext>, topic: &str) {
+    if let Err(e) = consumer.close_queue() {
+        tracing::warn!(%topic, error = %e, "leaving the group failed");
+        return;
+    }
+    let deadline = std::time::Instant::now() + shared.timeout();
+    while !consumer.closed() && std::time::Instant::now() < deadline {
+        consumer.poll(POLL);
+    }
+}
+
+/// Pauses or resumes every assigned partition; returns whether it did.
+fn set_paused(consumer: &BaseConsumer<GroupContext>, pause: bool) -> bool {
+    let Ok(assigned) = consumer.assignment() else {
+        return false;
+    };
+    let r = if pause {
+        consumer.pause(&assigned)
+    } else {
+        consumer.resume(&assigned)
+    };
+    r.is_ok()
+}
