@@ -163,10 +163,11 @@ impl Spool {
 
     /// Moves the group's cursor; returns the new cursor.
     pub async fn reset_offset(&self, topic: &str, group: &str, to: OffsetReset) -> Result<u64> {
-        self.backend
-            .embedded("reset_offset")?
-            .reset_offset(topic, group, to)
-            .await
+        match &self.backend {
+            Backend::Embedded(e) => e.reset_offset(topic, group, to).await,
+            #[cfg(feature = "kafka")]
+            Backend::Kafka(k) => k.reset_offset(topic, group, to).await,
+        }
     }
 
     /// Reads up to `max_records` from `from` (clamped to the earliest retained offset).
@@ -215,7 +216,11 @@ impl Spool {
     /// The groups with durable state on `topic`, sorted by name. A group has state from
     /// its first consumer build, ack, nack or reset on. An unknown topic has none.
     pub fn groups(&self, topic: &str) -> Result<Vec<String>> {
-        self.backend.embedded("groups")?.groups(topic)
+        match &self.backend {
+            Backend::Embedded(e) => e.groups(topic),
+            #[cfg(feature = "kafka")]
+            Backend::Kafka(k) => k.groups(topic),
+        }
     }
 
     /// Forgets a group: its cursor, attempt counters and reset epoch, durably. A consumer

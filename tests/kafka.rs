@@ -513,3 +513,60 @@ async fn a_rebalance_loses_nothing_and_fences_the_lost_partitions() {
         "the floors add up"
     );
 }
+
+/// A reset through this instance's own member moves it: a delivery out is stale, and
+/// consumption goes on from the new cursor. From outside, on a group never joined, the
+/// offsets are committed. A group with a member elsewhere refuses it: `GroupInUse`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reset_moves_own_members_and_refuses_groups_in_use_elsewhere() {
+    let cluster = Cluster::new(&["rs"]);
+    let mq = cluster.open("");
+    publish_n(&mq, "rs", 6).await;
+    // From outside, before anyone joined.
+    let to = spool::OffsetReset::Explicit(4);
+    assert_eq!(mq.reset_offset("rs", "fresh", to).await.expect("reset"), 4);
+    assert_eq!(mq.group_info("rs", "fresh").expect("info").cursor, 4);
+    // Through this instance's member.
+    let mut c = mq
+        .consumer("rs", "g")
+        .manual_ack()
+        .max_in_flight(2)
+        .build()
+        .expect("consumer");
+    let d0 = recv(&mut c).await;
+    let d1 = recv(&mut c).await;
+    assert_eq!((d0.offset(), d1.offset()), (0, 1));
+    let to = spool::OffsetReset::Explicit(3);
+    assert_eq!(mq.reset_offset("rs", "g", to).await.expect("reset"), 3);
+    assert!(matches!(
+        d0.ack().await,
+        Err(Error::StaleDelivery { offset: 0 })
+    ));
+    assert!(matches!(
+        d1.nack("x").await,
+        Err(Error::StaleDelivery { offset: 1 })
+    ));
+    let d = recv(&mut c).await;
+    assert_eq!(d.offset(), 3, "consumption goes on from the new cursor");
+    d.ack().await.expect("ack");
+    assert_eq!(mq.group_info("rs", "g").expect("info").cursor, 4);
+    assert_eq!(
+        mq.reset_offset("rs", "g", spool::OffsetReset::Earliest)
+            .await
+            .expect("r"),
+        0
+    );
+    assert_eq!(recv(&mut c).await.offset(), 0, "and back to the start");
+    // `groups` needs ListGroups, which the mock cluster lacks: not tested here.
+    // Another instance, no member of its own: the group is in use.
+    let other = cluster.open("");
+    match other
+        .reset_offset("rs", "g", spool::OffsetReset::Latest)
+        .await
+    {
+        Err(Error::GroupInUse { topic, group }) => {
+            assert_eq!((topic.as_str(), group.as_str()), ("rs", "g"))
+        }
+        r => panic!("expected GroupInUse, got {r:?}"),
+    }
+}

@@ -40,6 +40,14 @@ pub(super) struct Part {
     pub held: BTreeMap<u64, Record>,
 }
 
+/// A seek for the poll thread: a nack's back to its record (kept, to hold it if the
+/// seek fails), or a reset's to the new cursor.
+pub(super) struct Seek {
+    pub partition: i32,
+    pub offset: u64,
+    pub record: Option<Record>,
+}
+
 /// What the member knows, under one lock.
 #[derive(Default)]
 pub(super) struct State {
@@ -53,9 +61,8 @@ pub(super) struct State {
     pub counts: GroupCounts,
     /// Records the poll thread read, in order, for `recv` to admit.
     pub buffer: VecDeque<(i32, Record)>,
-    /// Seeks back asked for by nacks, for the poll thread to make (with the record, to
-    /// hold it if the seek fails).
-    pub seeks: Vec<(i32, Record)>,
+    /// Seeks asked for by nacks and resets, for the poll thread to make.
+    pub seeks: Vec<Seek>,
     /// Set at an assignment: the poll thread's pause state is void.
     pub reassigned: bool,
     /// Records dead-lettered by this member since it joined.
@@ -123,7 +130,7 @@ impl Shared {
         let sought = st
             .seeks
             .iter()
-            .any(|(sp, s)| *sp == p && s.offset <= rec.offset);
+            .any(|s| s.partition == p && s.offset <= rec.offset);
         if st.parts.contains_key(&p) && !sought {
             st.buffer.push_back((p, rec));
         }
@@ -134,9 +141,8 @@ impl Shared {
     /// Asks the poll thread to seek partition `p` back to `rec`. What the buffer holds
     /// of `p` from there on goes now, so `rec` is the partition's next delivery.
     pub fn seek_back(&self, st: &mut State, p: i32, rec: Record) {
-        st.buffer
-            .retain(|(bp, r)| *bp != p || r.offset < rec.offset);
-        st.seeks.push((p, rec));
+        let offset = rec.offset;
+        seek(st, p, offset, Some(rec));
     }
 
     /// `Kafka Timeout Ms`.
@@ -215,7 +221,7 @@ impl ConsumerContext for GroupContext {
                     }
                 }
                 st.buffer.retain(|(p, _)| !lost.contains(p));
-                st.seeks.retain(|(p, _)| !lost.contains(p));
+                st.seeks.retain(|s| !lost.contains(&s.partition));
                 (st.version, floors)
             };
             self.shared.room.notify_waiters();
@@ -239,7 +245,7 @@ impl ConsumerContext for GroupContext {
                     for (p, floor) in floors {
                         let part = Part {
                             floor,
-                            epoch: EPOCHS.fetch_add(1, Ordering::Relaxed),
+                            epoch: new_epoch(),
                             out: BTreeSet::new(),
                             held: BTreeMap::new(),
                         };
@@ -253,6 +259,21 @@ impl ConsumerContext for GroupContext {
             self.shared.room.notify_waiters();
         }
     }
+}
+
+/// Asks for a seek of `p` to `offset`, dropping what the buffer holds of `p` from there.
+pub(super) fn seek(st: &mut State, p: i32, offset: u64, record: Option<Record>) {
+    st.buffer.retain(|(bp, r)| *bp != p || r.offset < offset);
+    st.seeks.push(Seek {
+        partition: p,
+        offset,
+        record,
+    });
+}
+
+/// A fresh epoch: deliveries of every earlier one are stale.
+pub(super) fn new_epoch() -> u64 {
+    EPOCHS.fetch_add(1, Ordering::Relaxed)
 }
 
 /// A consumer context for checking a configuration at open.

@@ -9,6 +9,8 @@
 //! - `group.rs`: a group's member in this process: its partitions, floors and committer.
 //! - `poller.rs`: a group member's poll thread, the only reader of its consumer.
 //! - `consumer.rs`: the consumer and delivery handles over a group.
+//! - `reset.rs`: `reset_offset` (moving this process's member, or committing from
+//!   outside the group) and `groups`.
 //!
 //! **Invariant:** the committed offset of a partition is its floor's cursor: a commit never
 //! passes a record that is neither acked nor dead-lettered (Brighter's ADR 0055 failure,
@@ -33,6 +35,7 @@ mod floor;
 mod group;
 mod poller;
 mod produce;
+mod reset;
 
 pub(crate) use consumer::{KafkaConsumer, KafkaDelivery, Settings};
 use group::Group;
@@ -268,6 +271,20 @@ impl Kafka {
         groups.retain(|_, w| w.strong_count() > 0);
         groups.insert(key, Arc::downgrade(&g));
         Ok(g)
+    }
+
+    fn reader(&self) -> &BaseConsumer {
+        &self.inner.reader
+    }
+
+    /// The groups of `topic` with a member in this process.
+    fn live_groups_of(&self, topic: &str) -> Vec<String> {
+        let groups = self.inner.groups.lock().unwrap_or_else(|e| e.into_inner());
+        groups
+            .iter()
+            .filter(|((t, _), w)| t == topic && w.strong_count() > 0)
+            .map(|((_, g), _)| g.clone())
+            .collect()
     }
 
     pub(crate) fn producer(&self) -> &FutureProducer {

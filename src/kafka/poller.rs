@@ -35,8 +35,9 @@ pub(super) fn run(shared: &Shared, consumer: &BaseConsumer<GroupContext>, topic:
                 return;
             }
             let seeks = std::mem::take(&mut st.seeks);
-            for (p, rec) in &seeks {
-                st.buffer.retain(|(bp, r)| bp != p || r.offset < rec.offset);
+            for sk in &seeks {
+                st.buffer
+                    .retain(|(p, r)| *p != sk.partition || r.offset < sk.offset);
             }
             if std::mem::take(&mut st.reassigned) {
                 paused = false;
@@ -51,12 +52,15 @@ pub(super) fn run(shared: &Shared, consumer: &BaseConsumer<GroupContext>, topic:
                 },
             )
         };
-        for (p, rec) in seeks {
-            let to = Offset::Offset(to_i64(rec.offset));
-            if let Err(e) = consumer.seek(topic, p, to, Duration::ZERO) {
-                // Not fetching that partition now: hand the record out from memory.
-                tracing::debug!(%topic, p, error = %e, "seek back failed; the record is held");
-                shared.hold(p, rec);
+        for sk in seeks {
+            let to = Offset::Offset(to_i64(sk.offset));
+            if let Err(e) = consumer.seek(topic, sk.partition, to, Duration::ZERO) {
+                // Not fetching that partition now: a nacked record is handed out from
+                // memory; a reset's position is the committed one at the next assign.
+                tracing::debug!(%topic, p = sk.partition, error = %e, "seek failed");
+                if let Some(rec) = sk.record {
+                    shared.hold(sk.partition, rec);
+                }
             }
         }
         if want_paused != paused && set_paused(consumer, want_paused) {
