@@ -28,6 +28,10 @@ pub(super) fn producer(o: &Options) -> Result<FutureProducer> {
     if c.get("message.max.bytes").is_none() {
         c.set("message.max.bytes", message_max_bytes(o));
     }
+    // `Kafka Timeout Ms` bounds a publish too (librdkafka's default is 5 minutes).
+    if c.get("message.timeout.ms").is_none() {
+        c.set("message.timeout.ms", o.kafka_timeout_ms.to_string());
+    }
     c.set("enable.idempotence", "true").set("acks", "all");
     create(&c, |c| c.create())
 }
@@ -78,6 +82,11 @@ fn create<T>(
         KafkaError::ClientConfig(_, desc, key, _) => Error::InvalidConnectionString {
             key: format!("Kafka.{key}"),
             reason: desc,
+        },
+        // Properties each valid, refused together (librdkafka names none of them).
+        KafkaError::ClientCreation(reason) => Error::InvalidConnectionString {
+            key: "Kafka.*".to_owned(),
+            reason,
         },
         other => Error::Kafka {
             context: "creating a Kafka client".to_owned(),

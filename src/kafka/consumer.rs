@@ -19,11 +19,13 @@ use std::time::{Duration, SystemTime};
 use bytes::Bytes;
 use rdkafka::message::{BorrowedMessage, Headers as _, Message as _};
 
+use super::floor::MAX_RECORDED;
 use super::group::{Group, Part};
 use super::{Kafka, to_u64};
 use crate::error::{Error, Result};
 use crate::format::Headers;
 use crate::format::record::{Record, system_time_ms};
+use crate::options::MAX_MS;
 use crate::queue::NackOutcome;
 
 mod dead_letter;
@@ -50,6 +52,8 @@ pub(crate) struct KafkaDelivery {
     group: Arc<Group>,
     partition: i32,
     epoch: u64,
+    /// This hand-out's ticket in its partition's `out`.
+    ticket: u64,
     record: Record,
     attempt: u32,
     settled: bool,
@@ -85,6 +89,15 @@ impl KafkaConsumer {
         crate::names::check(topic)?;
         crate::names::check(group)?;
         k.check_open()?;
+        if s.max_in_flight > MAX_RECORDED {
+            return Err(Error::Unsupported {
+                what: format!(
+                    "max_in_flight({}) under Mode=Kafka: at most {MAX_RECORDED}, so that a \
+                     partition's floor fits the offset commit's metadata",
+                    s.max_in_flight
+                ),
+            });
+        }
         let g = k.group(topic, group)?;
         g.shared.lock().max_in_flight = s.max_in_flight.max(1);
         Ok(KafkaConsumer {
@@ -132,7 +145,10 @@ impl KafkaConsumer {
             room.as_mut().enable();
             match self.step() {
                 Step::Deliver(d) => return Ok(d),
-                Step::Intent(p, rec) => dead_letter::resolve_intent(&self.group, p, rec).await?,
+                Step::Intent(p, rec) => {
+                    let back = PutBack::new(&self.group, p, rec);
+                    dead_letter::resolve_intent(back).await?;
+                }
                 Step::Wait(due) => {
                     let wait = due.map_or(Duration::from_secs(3600), |at| {
                         Duration::from_millis(at.saturating_sub(now_ms()))
@@ -250,7 +266,7 @@ fn verdict(st: &super::group::State, p: i32, rec: &Record) -> Verdict {
     let Some(part) = st.parts.get(&p) else {
         return Verdict::Skip;
     };
-    if part.floor.is_done(o) || part.out.contains(&o) || part.held.contains_key(&o) {
+    if part.floor.is_done(o) || part.out.contains_key(&o) || part.held.contains_key(&o) {
         return Verdict::Skip;
     }
     if part.floor.intents().any(|i| i == o) {
@@ -276,7 +292,8 @@ impl Drop for KafkaConsumer {
 /// Marks `rec` out and makes its delivery.
 fn hand_out(g: &Arc<Group>, st: &mut super::group::State, p: i32, rec: Record) -> KafkaDelivery {
     let part: &mut Part = st.parts.get_mut(&p).expect("caller checked the partition");
-    part.out.insert(rec.offset);
+    let ticket = super::group::new_epoch();
+    part.out.insert(rec.offset, ticket);
     let failed = part.floor.failed(rec.offset);
     let epoch = part.epoch;
     st.in_flight += 1;
@@ -288,6 +305,7 @@ fn hand_out(g: &Arc<Group>, st: &mut super::group::State, p: i32, rec: Record) -
         group: g.clone(),
         partition: p,
         epoch,
+        ticket,
         record: rec,
         attempt: failed.map_or(1, |f| f.attempts.saturating_add(1)),
         settled: false,
@@ -332,6 +350,7 @@ impl KafkaDelivery {
             group: self.group.clone(),
             partition: self.partition,
             epoch: self.epoch,
+            ticket: self.ticket,
             record: self.record.clone(),
             attempt: self.attempt,
             settled: false,
@@ -371,12 +390,13 @@ impl KafkaDelivery {
         let current = st
             .parts
             .get_mut(&self.partition)
-            .filter(|part| part.epoch == self.epoch)
-            .is_some_and(|part| part.out.remove(&o));
+            .filter(|part| part.epoch == self.epoch && part.out.get(&o) == Some(&self.ticket))
+            .is_some_and(|part| part.out.remove(&o).is_some());
         if !current {
             return Err(Error::StaleDelivery { offset: o });
         }
-        st.in_flight -= 1;
+        debug_assert!(st.in_flight > 0, "a delivery out counts in in_flight");
+        st.in_flight = st.in_flight.saturating_sub(1);
         Ok(())
     }
 
@@ -400,75 +420,139 @@ impl KafkaDelivery {
         async move { shared.durable(version?, offset).await }
     }
 
-    /// Records a failed attempt durably, then redelivers or dead-letters.
+    /// Records a failed attempt, puts the record back at once (so a failed or dropped
+    /// commit cannot lose it), then waits for the attempt's commit; or dead-letters.
     pub(crate) async fn nack(
         mut self,
         reason: &str,
         delay: Option<Duration>,
     ) -> Result<NackOutcome> {
-        let g = self.group.clone();
-        let o = self.record.offset;
-        let opts = g.kafka.options();
-        let (attempts, delay, version) = {
-            let mut st = g.shared.lock();
-            self.settle(&mut st)?;
-            let part = st
-                .parts
-                .get_mut(&self.partition)
-                .expect("settled: assigned");
-            let attempts = part.floor.failed(o).map_or(0, |f| f.attempts) + 1;
-            let delay = delay.unwrap_or_else(|| opts.nack_backoff.delay(attempts));
-            let not_before = if delay.is_zero() {
-                0
-            } else {
-                now_ms() + delay.as_millis() as u64
-            };
-            part.floor.fail(o, not_before);
-            st.counts.nacked += 1;
-            (attempts, delay, g.shared.changed(&mut st))
+        let n = self.fail(delay)?;
+        let version = match n.then {
+            Then::DeadLetter(dlq, back) => {
+                return dead_letter::dead_letter(back, self.epoch, n.attempts, reason, &dlq).await;
+            }
+            Then::Wait(version) => version,
         };
-        g.shared.room.notify_waiters();
-        if let Some(dlq) = dead_letter::topic_for(opts, &g.topic)
-            && attempts >= opts.max_delivery_attempts
-        {
-            let record = std::mem::replace(&mut self.record, empty_record(o));
-            return dead_letter::dead_letter(&g, self.partition, record, attempts, reason, &dlq)
-                .await;
-        }
-        g.shared.durable(version, Some(o)).await?;
-        let next_offset = self.redeliver(delay);
-        let redeliver_at = (!delay.is_zero()).then(|| SystemTime::now() + delay);
+        self.group.shared.durable(version, Some(n.offset)).await?;
         Ok(NackOutcome {
-            delivery_attempt: attempts,
+            delivery_attempt: n.attempts,
             dead_lettered: false,
-            next_offset,
-            redeliver_at,
+            next_offset: n.next_offset,
+            redeliver_at: (!n.delay.is_zero())
+                .then(|| SystemTime::now().checked_add(n.delay))
+                .flatten(),
         })
     }
 
-    /// Puts the nacked record back: held in memory with a delay, else a seek back to it
-    /// (held too if the seek fails). Returns the partition's cursor.
-    fn redeliver(&mut self, delay: Duration) -> u64 {
+    /// The nack's work under the lock: the attempt in the floor, and the record back in
+    /// place (a seek back, held for a delay) or handed to the dead-letter protocol.
+    fn fail(&mut self, delay: Option<Duration>) -> Result<Nacked> {
         let g = self.group.clone();
-        let o = self.record.offset;
+        let (o, p) = (self.record.offset, self.partition);
+        let opts = g.kafka.options();
         let mut st = g.shared.lock();
-        let Some(part) = st
-            .parts
-            .get_mut(&self.partition)
-            .filter(|p| p.epoch == self.epoch)
-        else {
-            return 0;
+        self.settle(&mut st)?;
+        let part = st.parts.get_mut(&p).expect("settled: assigned");
+        let attempts = part.floor.failed(o).map_or(0, |f| f.attempts) + 1;
+        // A zero delay is a plain nack: the backoff applies.
+        let delay = delay
+            .filter(|d| !d.is_zero())
+            .unwrap_or_else(|| opts.nack_backoff.delay(attempts));
+        part.floor.fail(o, not_before_ms(delay));
+        let next_offset = part.floor.cursor();
+        st.counts.nacked += 1;
+        let record = std::mem::replace(&mut self.record, empty_record(o));
+        let then = match dead_letter::topic_for(opts, &g.topic) {
+            Some(dlq) if attempts >= opts.max_delivery_attempts => {
+                Then::DeadLetter(dlq, PutBack::new(&g, p, record))
+            }
+            _ => {
+                if delay.is_zero() {
+                    super::group::seek(&mut st, p, o, Some(record));
+                } else if let Some(part) = st.parts.get_mut(&p) {
+                    part.held.insert(o, record);
+                }
+                Then::Wait(g.shared.changed(&mut st))
+            }
         };
-        let cursor = part.floor.cursor();
-        let rec = std::mem::replace(&mut self.record, empty_record(o));
-        if delay.is_zero() {
-            g.shared.seek_back(&mut st, self.partition, rec);
-        } else {
-            part.held.insert(o, rec);
-        }
         drop(st);
         g.shared.room.notify_waiters();
-        cursor
+        Ok(Nacked {
+            offset: o,
+            attempts,
+            delay,
+            next_offset,
+            then,
+        })
+    }
+}
+
+/// What a nack decided under the lock.
+struct Nacked {
+    offset: u64,
+    attempts: u32,
+    delay: Duration,
+    next_offset: u64,
+    then: Then,
+}
+
+enum Then {
+    /// At the attempt limit: the dead-letter protocol takes the record.
+    DeadLetter(String, PutBack),
+    /// Back in place: the attempt is durable once this version is committed.
+    Wait(u64),
+}
+
+/// When a record nacked now with `delay` may be delivered again (0: at once), capped at
+/// `MAX_MS` ahead so no arithmetic overflows.
+fn not_before_ms(delay: Duration) -> u64 {
+    if delay.is_zero() {
+        return 0;
+    }
+    let ms = u64::try_from(delay.as_millis())
+        .unwrap_or(u64::MAX)
+        .min(MAX_MS);
+    now_ms().saturating_add(ms.max(1))
+}
+
+/// A record taken from its place while an await runs (a dead-letter copy, an intent's
+/// resolution). Dropped without `done` (an error, a cancelled future), it seeks its
+/// partition back to the record, so its next read takes the work up again.
+pub(super) struct PutBack {
+    pub group: Arc<Group>,
+    pub partition: i32,
+    record: Option<Record>,
+}
+
+impl PutBack {
+    pub fn new(group: &Arc<Group>, partition: i32, record: Record) -> PutBack {
+        PutBack {
+            group: group.clone(),
+            partition,
+            record: Some(record),
+        }
+    }
+
+    pub fn record(&self) -> &Record {
+        self.record.as_ref().expect("present until done or dropped")
+    }
+
+    /// The work is finished: nothing to put back.
+    pub fn done(mut self) {
+        self.record = None;
+    }
+}
+
+impl Drop for PutBack {
+    fn drop(&mut self) {
+        if let Some(rec) = self.record.take() {
+            let mut st = self.group.shared.lock();
+            if st.parts.contains_key(&self.partition) {
+                let o = rec.offset;
+                super::group::seek(&mut st, self.partition, o, Some(rec));
+            }
+        }
     }
 }
 

@@ -5,7 +5,8 @@
 //! wait in `acked`; failed attempts wait in `failed`. Both travel in the commit's metadata
 //! string, so a restart forgets neither (Kafka's own clients forget both).
 //!
-//! Metadata format (`v1`), offsets absolute, fields separated by `|`:
+//! Metadata format (`v1`), offsets relative to the committed cursor (so they stay short),
+//! fields separated by `|`:
 //! `spool1|a:<o>,<o>-<o>|f:<o>=<n>@<not-before-ms>,…|d:<o>,…`
 //! - `a`: acked offsets above the cursor, as ranges;
 //! - `f`: failed attempts by offset, with the time before which it is not delivered again;
@@ -17,6 +18,18 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 const VERSION: &str = "spool1";
+
+/// Kafka's default `offset.metadata.max.bytes`: a commit with longer metadata is refused.
+pub(super) const METADATA_MAX_BYTES: usize = 4096;
+
+/// A floor may record at most this many offsets above its cursor (gaps between acked
+/// ranges, failures, intents): `MAX_RECORDED` of the longest entries fit in
+/// `METADATA_MAX_BYTES` (a test checks it). Consumers' `max_in_flight` is bounded by it.
+pub(super) const MAX_RECORDED: usize = 100;
+
+/// Offsets expanded from one metadata string, at most: metadata that any client of the
+/// group can write must not make spool allocate without bound.
+const MAX_EXPANDED: u64 = 1 << 22;
 
 /// A failed message's attempts so far and when it may be delivered again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -107,12 +120,13 @@ impl Floor {
 
     /// The offset-commit metadata that carries this floor.
     pub fn metadata(&self) -> String {
+        let c = self.cursor;
         let acked = ranges(&self.acked)
             .map(|(a, b)| {
                 if a == b {
-                    a.to_string()
+                    (a - c).to_string()
                 } else {
-                    format!("{a}-{b}")
+                    format!("{}-{}", a - c, b - c)
                 }
             })
             .collect::<Vec<_>>()
@@ -120,13 +134,13 @@ impl Floor {
         let failed = self
             .failed
             .iter()
-            .map(|(o, f)| format!("{o}={}@{}", f.attempts, f.not_before_ms))
+            .map(|(o, f)| format!("{}={}@{}", o - c, f.attempts, f.not_before_ms))
             .collect::<Vec<_>>()
             .join(",");
         let intents = self
             .intents
             .iter()
-            .map(u64::to_string)
+            .map(|o| (o - c).to_string())
             .collect::<Vec<_>>()
             .join(",");
         format!("{VERSION}|a:{acked}|f:{failed}|d:{intents}")
@@ -140,27 +154,28 @@ impl Floor {
         let acked = parts.next()?.strip_prefix("a:")?;
         let failed = parts.next()?.strip_prefix("f:")?;
         let intents = parts.next()?.strip_prefix("d:")?;
+        let at = |rel: &str| rel.parse::<u64>().ok()?.checked_add(self.cursor);
+        let mut expanded = 0u64;
         for range in acked.split(',').filter(|s| !s.is_empty()) {
             let (a, b) = range.split_once('-').unwrap_or((range, range));
-            let (a, b): (u64, u64) = (a.parse().ok()?, b.parse().ok()?);
-            // A range is bounded by what one process can have out: refuse absurd ones
-            // rather than allocate for them.
-            if b < a || b - a > 1 << 24 {
+            let (a, b) = (at(a)?, at(b)?);
+            expanded = expanded.checked_add(b.checked_sub(a)? + 1)?;
+            if expanded > MAX_EXPANDED {
                 return None;
             }
             self.acked.extend(a..=b);
         }
         for entry in failed.split(',').filter(|s| !s.is_empty()) {
             let (o, rest) = entry.split_once('=')?;
-            let (n, at) = rest.split_once('@')?;
+            let (n, ms) = rest.split_once('@')?;
             let f = Failed {
                 attempts: n.parse().ok()?,
-                not_before_ms: at.parse().ok()?,
+                not_before_ms: ms.parse().ok()?,
             };
-            self.failed.insert(o.parse().ok()?, f);
+            self.failed.insert(at(o)?, f);
         }
         for o in intents.split(',').filter(|s| !s.is_empty()) {
-            self.intents.insert(o.parse().ok()?);
+            self.intents.insert(at(o)?);
         }
         Some(())
     }
@@ -230,17 +245,36 @@ mod tests {
         f.fail(101, 0);
         f.intend_dead_letter(105);
         let m = f.metadata();
-        assert_eq!(m, "spool1|a:102-104,107|f:100=2@5000,101=1@0|d:105");
+        assert_eq!(m, "spool1|a:2-4,7|f:0=2@5000,1=1@0|d:5");
         assert_eq!(Floor::from_commit(100, &m), f);
-        // A later commit of a lower cursor keeps only what lies at or above it.
-        let moved = Floor::from_commit(103, &m);
-        assert_eq!(
-            moved.cursor(),
-            105,
-            "103 and 104 were acked: the cursor moves on"
-        );
-        assert_eq!(moved.failed(100), None);
-        assert_eq!(moved.intents().collect::<Vec<_>>(), vec![105]);
+    }
+
+    /// The worst case `MAX_RECORDED` allows, with the longest numbers, fits Kafka's
+    /// default limit.
+    #[test]
+    fn the_recorded_offsets_fit_the_metadata_limit() {
+        let cursor = 9_000_000_000_000_000_000;
+        let mut f = Floor::from_commit(cursor, "");
+        for i in 0..MAX_RECORDED as u64 {
+            // A failure, then an acked record, then a gap: the most entries per offset.
+            // Not-before times are capped at now + MAX_MS: 13 digits until the year 2286.
+            let o = cursor + 1_000_000 + 3 * i;
+            f.fail(o, 9_999_999_999_999);
+            f.fail(o, 9_999_999_999_999);
+            f.finish(o + 1);
+            f.intend_dead_letter(o);
+        }
+        let m = f.metadata();
+        assert!(m.len() <= METADATA_MAX_BYTES, "{} bytes", m.len());
+        assert_eq!(Floor::from_commit(cursor, &m), f);
+    }
+
+    #[test]
+    fn metadata_cannot_make_the_floor_allocate_without_bound() {
+        let many =
+            (0..200u64).map(|i| format!("{}-{}", i * 100_000_000, i * 100_000_000 + 99_999_999));
+        let m = format!("spool1|a:{}|f:|d:", many.collect::<Vec<_>>().join(","));
+        assert_eq!(Floor::from_commit(0, &m), Floor::from_commit(0, ""));
     }
 
     #[test]
@@ -257,5 +291,8 @@ mod tests {
             let f = Floor::from_commit(0, m);
             assert_eq!(f, Floor::from_commit(0, ""), "{m:?}");
         }
+        let top = u64::MAX - 1;
+        let overflow = Floor::from_commit(top, "spool1|a:5|f:|d:");
+        assert_eq!(overflow, Floor::from_commit(top, ""));
     }
 }

@@ -11,7 +11,7 @@
 //! - **Records admitted** (`admit`): finished ones, ones out and ones held are skipped, so
 //!   a seek back or a rebalance re-reading a partition hands nothing out twice.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -34,8 +34,10 @@ pub(super) struct Part {
     pub floor: Floor,
     /// Changes at each assignment: a delivery of an older one is stale.
     pub epoch: u64,
-    /// Offsets handed out and neither acked nor nacked.
-    pub out: BTreeSet<u64>,
+    /// Offsets handed out and neither acked nor nacked, with the ticket of their
+    /// hand-out: only that delivery settles it (an older one of the same record is
+    /// stale, as an auto-ack's shadow of a record another consumer got again).
+    pub out: BTreeMap<u64, u64>,
     /// Records to hand out again later (nacked with a delay), by offset.
     pub held: BTreeMap<u64, Record>,
 }
@@ -75,9 +77,15 @@ pub(super) struct State {
 struct Committed {
     ok: u64,
     failed: Option<Failure>,
+    /// Versions `(after, upto]` a failed revoke commit left not durable, for good: a
+    /// later success covers other partitions only. The latest `LOST_KEPT`.
+    lost: VecDeque<(u64, u64)>,
     /// The member stopped: nothing more will be committed.
     closed: bool,
 }
+
+/// Lost version ranges remembered (an ack older than these has long returned).
+const LOST_KEPT: usize = 64;
 
 /// A commit that failed for good, and the versions it leaves not durable.
 #[derive(Clone, Debug)]
@@ -99,6 +107,9 @@ pub(super) struct Shared {
     committed: watch::Sender<Committed>,
     /// Wakes a `recv` waiting for room or a held record.
     pub room: Notify,
+    /// Held from a snapshot of the floors to the end of its commit, by the committer and
+    /// the revoke: commits land in the order of their snapshots.
+    commit_turn: Mutex<()>,
 }
 
 impl Shared {
@@ -138,13 +149,6 @@ impl Shared {
         self.room.notify_waiters();
     }
 
-    /// Asks the poll thread to seek partition `p` back to `rec`. What the buffer holds
-    /// of `p` from there on goes now, so `rec` is the partition's next delivery.
-    pub fn seek_back(&self, st: &mut State, p: i32, rec: Record) {
-        let offset = rec.offset;
-        seek(st, p, offset, Some(rec));
-    }
-
     /// `Kafka Timeout Ms`.
     pub fn timeout(&self) -> Duration {
         self.timeout
@@ -164,7 +168,15 @@ impl Shared {
                     revoked,
                     detail,
                 };
-                self.committed.send_modify(|c| c.failed = Some(f));
+                self.committed.send_modify(|c| {
+                    if revoked && c.ok < version {
+                        c.lost.push_back((c.ok, version));
+                        if c.lost.len() > LOST_KEPT {
+                            c.lost.pop_front();
+                        }
+                    }
+                    c.failed = Some(f);
+                });
             }
         }
     }
@@ -182,6 +194,19 @@ impl Shared {
             .await
             .map_err(|_| Error::Closed)?
             .clone();
+        if seen
+            .lost
+            .iter()
+            .any(|(after, upto)| *after < version && version <= *upto)
+        {
+            return Err(match offset {
+                Some(offset) => Error::StaleDelivery { offset },
+                None => Error::Kafka {
+                    context: "committing the group's offsets at a rebalance".to_owned(),
+                    detail: "the partitions moved before the commit was acknowledged".to_owned(),
+                },
+            });
+        }
         if seen.ok >= version {
             return Ok(());
         }
@@ -209,6 +234,13 @@ impl ConsumerContext for GroupContext {
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         if let Rebalance::Revoke(tpl) = rebalance {
             let lost: Vec<i32> = tpl.elements().iter().map(|e| e.partition()).collect();
+            // One commit at a time: the committer's older snapshot cannot land after this
+            // one and move a floor back.
+            let _turn = self
+                .shared
+                .commit_turn
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
             // Every assigned partition's floor, as of one version: a success covers every
             // ack made so far, whichever partition it was of.
             let (version, floors) = {
@@ -246,7 +278,7 @@ impl ConsumerContext for GroupContext {
                         let part = Part {
                             floor,
                             epoch: new_epoch(),
-                            out: BTreeSet::new(),
+                            out: BTreeMap::new(),
                             held: BTreeMap::new(),
                         };
                         st.parts.insert(p, part);
@@ -271,7 +303,7 @@ pub(super) fn seek(st: &mut State, p: i32, offset: u64, record: Option<Record>) 
     });
 }
 
-/// A fresh epoch: deliveries of every earlier one are stale.
+/// A fresh epoch: deliveries of every earlier one are stale. Also a hand-out's ticket.
 pub(super) fn new_epoch() -> u64 {
     EPOCHS.fetch_add(1, Ordering::Relaxed)
 }
@@ -292,6 +324,7 @@ impl Shared {
             dirty: Condvar::new(),
             committed: watch::channel(Committed::default()).0,
             room: Notify::new(),
+            commit_turn: Mutex::new(()),
         }
     }
 }
@@ -319,6 +352,10 @@ fn commit<C: ConsumerContext, K: rdkafka::consumer::Consumer<C>>(
     }
     let mut tpl = TopicPartitionList::with_capacity(floors.len());
     for (p, cursor, metadata) in floors {
+        debug_assert!(
+            metadata.len() <= super::floor::METADATA_MAX_BYTES,
+            "MAX_RECORDED bounds the metadata"
+        );
         let mut e = tpl.add_partition(topic, *p);
         e.set_offset(Offset::Offset(to_i64(*cursor)))
             .map_err(|e| kafka_err("preparing a commit", e))?;
@@ -461,6 +498,7 @@ fn run_committer(shared: &Shared, consumer: &BaseConsumer<GroupContext>, topic: 
     const RETRY: Duration = Duration::from_millis(100);
     let mut failing_since: Option<Instant> = None;
     loop {
+        let turn;
         let (version, floors) = {
             let mut st = shared.lock();
             while st.version == st.taken && !st.closing {
@@ -469,11 +507,17 @@ fn run_committer(shared: &Shared, consumer: &BaseConsumer<GroupContext>, topic: 
             if st.version == st.taken {
                 return;
             }
+            // The turn before the snapshot; the state lock is let go to take it in the
+            // revoke's order (turn, then state).
+            drop(st);
+            turn = shared.commit_turn.lock().unwrap_or_else(|e| e.into_inner());
+            st = shared.lock();
             st.taken = st.version;
             let parts: Vec<i32> = st.parts.keys().copied().collect();
             (st.version, floors_of(&st, &parts))
         };
         let result = commit(consumer, topic, &floors);
+        drop(turn);
         let Err(e) = result else {
             failing_since = None;
             shared.committed(version, Ok(()), false);

@@ -30,6 +30,18 @@ pub const REFUSED_KAFKA_PROPERTIES: &[(&str, &str)] = &[
     ("bootstrap.servers", "set it with `Bootstrap Servers`"),
     ("metadata.broker.list", "set it with `Bootstrap Servers`"),
     ("group.id", "the group is the consumer's group name"),
+    (
+        "transactional.id",
+        "spool's produce is idempotent, not transactional",
+    ),
+    (
+        "auto.offset.reset",
+        "a new group starts at the earliest record, as in embedded mode",
+    ),
+    (
+        "enable.partition.eof",
+        "spool's consumers wait for records, not for the end",
+    ),
 ];
 
 /// Keys (as normalised by the parser) that only mean something for a local directory,

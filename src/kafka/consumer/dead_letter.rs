@@ -12,7 +12,8 @@ use std::sync::Arc;
 
 use super::super::blocking;
 use super::super::group::Group;
-use crate::error::Result;
+use super::PutBack;
+use crate::error::{Error, Result};
 use crate::format::Headers;
 use crate::format::record::Record;
 use crate::options::{MAX_NACK_REASON_BYTES, Options};
@@ -39,17 +40,18 @@ pub(super) fn topic_for(o: &Options, topic: &str) -> Option<String> {
     Some(format!("{topic}{}", o.dead_letter_suffix))
 }
 
-/// Steps 1–3 for a record nacked to the limit. On a failed copy the partition seeks back
-/// to the record, whose next read then resolves the intent.
+/// Steps 1–3 for a record nacked to the limit (its failure already in the floor). On
+/// an error or a cancelled future, `back` seeks the partition back to the record, whose
+/// next read resolves the intent.
 pub(super) async fn dead_letter(
-    g: &Arc<Group>,
-    p: i32,
-    record: Record,
+    back: PutBack,
+    epoch: u64,
     attempts: u32,
     reason: &str,
     dlq: &str,
 ) -> Result<NackOutcome> {
-    let o = record.offset;
+    let (g, p) = (back.group.clone(), back.partition);
+    let o = back.record().offset;
     let v = {
         let mut st = g.shared.lock();
         if let Some(part) = st.parts.get_mut(&p) {
@@ -58,12 +60,21 @@ pub(super) async fn dead_letter(
         g.shared.changed(&mut st)
     };
     g.shared.durable(v, Some(o)).await?;
-    if let Err(e) = produce_copy(g, p, &record, attempts, reason, dlq).await {
-        let mut st = g.shared.lock();
-        g.shared.seek_back(&mut st, p, record);
-        return Err(e);
+    // Revoked meanwhile: the new owner resolves the intent; a copy made here could be a
+    // second one.
+    let current = g
+        .shared
+        .lock()
+        .parts
+        .get(&p)
+        .is_some_and(|x| x.epoch == epoch);
+    if !current {
+        back.done();
+        return Err(Error::StaleDelivery { offset: o });
     }
-    let next_offset = finish(g, p, o).await?;
+    produce_copy(&g, p, back.record(), attempts, reason, dlq).await?;
+    let next_offset = finish(&g, p, o).await?;
+    back.done();
     Ok(NackOutcome {
         delivery_attempt: attempts,
         dead_lettered: true,
@@ -74,14 +85,16 @@ pub(super) async fn dead_letter(
 
 /// A record read back with an intent on it: makes the copy unless it is already in the
 /// dead-letter topic, then finishes the record.
-pub(super) async fn resolve_intent(g: &Arc<Group>, p: i32, record: Record) -> Result<()> {
+pub(super) async fn resolve_intent(back: PutBack) -> Result<()> {
+    let (g, p) = (back.group.clone(), back.partition);
+    let o = back.record().offset;
     let Some(dlq) = topic_for(g.kafka.options(), &g.topic) else {
-        finish(g, p, record.offset).await?;
+        finish(&g, p, o).await?;
+        back.done();
         return Ok(());
     };
     let found = {
         let (g, dlq) = (g.clone(), dlq.clone());
-        let o = record.offset;
         blocking(move || find_copy(&g, &dlq, p, o)).await?
     };
     if !found {
@@ -89,13 +102,14 @@ pub(super) async fn resolve_intent(g: &Arc<Group>, p: i32, record: Record) -> Re
             let st = g.shared.lock();
             st.parts
                 .get(&p)
-                .and_then(|part| part.floor.failed(record.offset))
+                .and_then(|part| part.floor.failed(o))
                 .map_or(0, |f| f.attempts)
         };
         let reason = "dead-lettered across a restart (the first copy was not found)";
-        produce_copy(g, p, &record, attempts, reason, &dlq).await?;
+        produce_copy(&g, p, back.record(), attempts, reason, &dlq).await?;
     }
-    finish(g, p, record.offset).await?;
+    finish(&g, p, o).await?;
+    back.done();
     Ok(())
 }
 

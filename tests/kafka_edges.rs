@@ -1,0 +1,124 @@
+//! `Mode=Kafka` where it could go wrong (from review): a nack whose commit fails, a nack
+//! delay too large to add, two auto-ack consumers of one member, the commit metadata's
+//! bound, conflicting or spool-owned librdkafka properties.
+#![cfg(feature = "kafka")]
+
+use std::time::Duration;
+
+use common_kafka::{Cluster, publish_n, recv};
+use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+use spool::{Error, Spool};
+
+mod common_kafka;
+
+/// The record is back in place before the attempt's commit is awaited: a failed commit
+/// fails the nack, and the record still comes again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nack_whose_commit_fails_still_redelivers() {
+    let cluster = Cluster::new(&["s"]);
+    let mq = cluster.open("Max Delivery Attempts=0;Kafka Timeout Ms=1000");
+    publish_n(&mq, "s", 3).await;
+    let mut c = mq
+        .consumer("s", "g")
+        .manual_ack()
+        .build()
+        .expect("consumer");
+    let d = recv(&mut c).await;
+    assert_eq!(d.offset(), 0);
+    let refuse = [RDKafkaRespErr::RD_KAFKA_RESP_ERR_OFFSET_METADATA_TOO_LARGE; 64];
+    cluster
+        .mock
+        .request_errors(RDKafkaApiKey::OffsetCommit, &refuse);
+    assert!(
+        d.nack("x").await.is_err(),
+        "the attempt's commit was refused"
+    );
+    cluster
+        .mock
+        .clear_request_errors(RDKafkaApiKey::OffsetCommit);
+    let again = recv(&mut c).await;
+    assert_eq!(
+        (again.offset(), again.attempt()),
+        (0, 2),
+        "0 comes back, its attempt counted"
+    );
+    again.ack().await.expect("ack once commits pass again");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_nack_delay_is_capped_not_a_panic() {
+    let cluster = Cluster::new(&["h"]);
+    let mq = cluster.open("Max Delivery Attempts=0");
+    publish_n(&mq, "h", 2).await;
+    let mut c = mq
+        .consumer("h", "g")
+        .manual_ack()
+        .max_in_flight(2)
+        .build()
+        .expect("consumer");
+    let d = recv(&mut c).await;
+    let out = d.nack_with_delay("x", Duration::MAX).await.expect("nack");
+    assert!(!out.dead_lettered);
+    let next = recv(&mut c).await;
+    assert_eq!(next.offset(), 1, "0 waits; 1 goes on (max_in_flight 2)");
+}
+
+/// Two auto-ack consumers share the group's member: A's bookkeeping copy of record 0
+/// must not ack 0 once B received it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_auto_ack_does_not_finish_another_consumers_redelivery() {
+    let cluster = Cluster::new(&["x"]);
+    let mq = cluster.open("Max Delivery Attempts=0");
+    publish_n(&mq, "x", 2).await;
+    let mut a = mq.consumer("x", "g").max_in_flight(4).build().expect("a");
+    let mut b = mq.consumer("x", "g").max_in_flight(4).build().expect("b");
+    let da = recv(&mut a).await;
+    assert_eq!(da.offset(), 0);
+    da.nack("retry").await.expect("nack");
+    let db = recv(&mut b).await;
+    assert_eq!((db.offset(), db.attempt()), (0, 2));
+    // A's next recv auto-acks what A had: not B's redelivery of 0.
+    let _ = tokio::time::timeout(Duration::from_secs(3), a.recv()).await;
+    db.ack().await.expect("B's ack of 0 is B's to make");
+}
+
+#[test]
+fn max_in_flight_is_bounded_by_the_commit_metadata() {
+    let cluster = Cluster::new(&["m"]);
+    let mq = cluster.open("");
+    match mq
+        .consumer("m", "g")
+        .manual_ack()
+        .max_in_flight(101)
+        .build()
+    {
+        Err(Error::Unsupported { what }) => assert!(what.contains("at most 100"), "{what}"),
+        other => panic!("expected Unsupported, got {other:?}"),
+    }
+}
+
+#[test]
+fn spool_owned_and_conflicting_properties_are_refused_by_name() {
+    let cluster = Cluster::new(&[]);
+    for (extra, key) in [
+        ("Kafka.transactional.id=t", "Kafka.transactional.id"),
+        ("Kafka.auto.offset.reset=latest", "Kafka.auto.offset.reset"),
+        (
+            "Kafka.enable.partition.eof=true",
+            "Kafka.enable.partition.eof",
+        ),
+    ] {
+        match Spool::open(&cluster.connection(extra)) {
+            Err(Error::InvalidConnectionString { key: k, .. }) => assert_eq!(k, key, "{extra}"),
+            other => panic!("{extra}: expected InvalidConnectionString, got {other:?}"),
+        }
+    }
+    // Valid alone, refused with idempotence: librdkafka names no key, spool says which.
+    let extra = "Kafka.max.in.flight.requests.per.connection=10";
+    match Spool::open(&cluster.connection(extra)) {
+        Err(Error::InvalidConnectionString { key, reason }) => {
+            assert!(key.starts_with("Kafka."), "{key}: {reason}");
+        }
+        other => panic!("expected InvalidConnectionString, got {other:?}"),
+    }
+}
