@@ -566,9 +566,10 @@ const ROLL_NOT_CROSSED: &str =
     "payloads: publish_batch100 64KiB sync=none, the batches that do not";
 
 /// Issue 31 point 3: the payload sizes of the big-payload rows, each with its label.
-const PAYLOAD_SIZES: [(usize, &str); 5] = [
+const PAYLOAD_SIZES: [(usize, &str); 6] = [
     (16, "16B"),
     (256, "256B"),
+    (1 << 10, "1KiB"),
     (4 << 10, "4KiB"),
     (64 << 10, "64KiB"),
     (1 << 20, "1MiB"),

@@ -34,9 +34,9 @@ fn options() -> Options {
 
 fn payload(seed: u64, i: u64) -> Vec<u8> {
     let mixed = (seed ^ i.wrapping_mul(0x9e37_79b9)) as usize;
-    // One in 16 over 1 KiB: the log writes it from where it lies, not copied (`pwritev`).
+    // One in 16 over 4 KiB: the log writes it from where it lies, not copied (`pwritev`).
     let len = if i % 16 == 7 {
-        1024 + mixed % 200
+        4096 + mixed % 200
     } else {
         10 + mixed % 90
     };

@@ -73,10 +73,14 @@ pub fn encode(
     headers: &Headers,
     payload: &[u8],
 ) -> usize {
+    // One reservation for all but non-empty headers (fewer capacity checks on the publish
+    // path; callgrind in 455c0b6).
     buf.reserve(RECORD_OVERHEAD + 1 + payload.len());
-    let head = encode_head(buf, offset, timestamp_ms, headers, payload);
+    let start = encode_fixed(buf, offset, timestamp_ms, headers);
     buf.extend_from_slice(payload);
-    head + payload.len()
+    // The body in one piece: two crc updates, not three (the crc of a small record is
+    // a fifth of a 16 B batch publish's instructions).
+    seal_frame(buf, start, &[])
 }
 
 /// Appends one framed record to `buf` without its payload: the frame's bytes up to where
@@ -90,10 +94,15 @@ pub fn encode_head(
     headers: &Headers,
     payload: &[u8],
 ) -> usize {
+    let start = encode_fixed(buf, offset, timestamp_ms, headers);
+    seal_frame(buf, start, payload) - payload.len()
+}
+
+/// Appends the frame's fixed part and encoded headers (length and crc left zero);
+/// returns where the frame starts.
+fn encode_fixed(buf: &mut Vec<u8>, offset: u64, timestamp_ms: u64, headers: &Headers) -> usize {
     let start = buf.len();
-    // The fixed part in one piece (fewer capacity checks on the publish path; callgrind
-    // in 455c0b6).
-    buf.reserve(RECORD_OVERHEAD + 1);
+    // The fixed part in one piece.
     let mut fixed = [0u8; RECORD_OVERHEAD];
     fixed[FRAME_HEADER_LEN..FRAME_HEADER_LEN + 8].copy_from_slice(&offset.to_le_bytes());
     fixed[FRAME_HEADER_LEN + 8..FRAME_HEADER_LEN + 16].copy_from_slice(&timestamp_ms.to_le_bytes());
@@ -113,16 +122,24 @@ pub fn encode_head(
     }
     let hlen = (buf.len() - hlen_at - 4) as u32;
     buf[hlen_at..hlen_at + 4].copy_from_slice(&hlen.to_le_bytes());
-    let body_len = (buf.len() - start - FRAME_HEADER_LEN + payload.len()) as u32;
+    start
+}
+
+/// Fills in the length and crc of the frame at `start` of `buf`, whose body is the rest
+/// of `buf` followed by `after` (not in `buf`). Returns the frame's length.
+fn seal_frame(buf: &mut [u8], start: usize, after: &[u8]) -> usize {
+    let body_len = (buf.len() - start - FRAME_HEADER_LEN + after.len()) as u32;
     buf[start..start + 4].copy_from_slice(&body_len.to_le_bytes());
     // The same bytes as ever: the length field, then the body, payload last.
     let mut h = crc_hasher();
     h.update(&buf[start..start + 4]);
     h.update(&buf[start + FRAME_HEADER_LEN..]);
-    h.update(payload);
+    if !after.is_empty() {
+        h.update(after);
+    }
     let crc = h.finalize();
     buf[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
-    buf.len() - start
+    buf.len() - start + after.len()
 }
 
 /// A fresh crc hasher. `Hasher::new` probes the CPU's features on every call (5% of the
