@@ -275,6 +275,44 @@ fn raw_append(count: usize, size: usize) -> Stat {
     stat(count, size, start.elapsed(), Vec::new())
 }
 
+/// `raw_append`, but into 64 MiB files, each synced on a thread of its own once the next
+/// one starts, with at most two such syncs running (a new file waits for the sync before
+/// its predecessor): what `Sync=None`'s promise (every rolled segment synced soon after
+/// its roll) costs any log on this disk, without spool.
+fn raw_append_synced_behind(count: usize, size: usize) -> Stat {
+    const FILE_BYTES: usize = 64 << 20;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let payload = vec![7u8; size];
+    let per_file = (FILE_BYTES / (size + 8)).max(1);
+    let mut syncs: std::collections::VecDeque<std::thread::JoinHandle<()>> = Default::default();
+    let start = Instant::now();
+    let mut done = 0;
+    while done < count {
+        let file = std::fs::File::create(dir.path().join(format!("{done}.log"))).expect("create");
+        let mut w = std::io::BufWriter::new(file);
+        let k = per_file.min(count - done);
+        for _ in 0..k {
+            w.write_all(&(size as u32).to_le_bytes()).expect("write");
+            w.write_all(&crc32fast::hash(&payload).to_le_bytes())
+                .expect("write");
+            w.write_all(&payload).expect("write");
+        }
+        done += k;
+        let file = w.into_inner().expect("flush");
+        if syncs.len() == 2
+            && let Some(h) = syncs.pop_front()
+        {
+            h.join().expect("sync thread");
+        }
+        syncs.push_back(std::thread::spawn(move || file.sync_data().expect("sync")));
+    }
+    let elapsed = start.elapsed();
+    for h in syncs {
+        h.join().expect("sync thread");
+    }
+    stat(count, size, elapsed, Vec::new())
+}
+
 /// One side of `interleaved`: publishes `k` messages one at a time, pushing each one's
 /// latency in µs.
 type Side<'a> = Box<dyn FnMut(usize, &mut Vec<f64>) + 'a>;
@@ -1343,6 +1381,10 @@ fn main() {
                 move || raw_append(payload_count(size), size),
             ),
             w(
+                &format!("payloads: raw append, 64 MiB files synced behind {label}"),
+                move || raw_append_synced_behind(payload_count(size), size),
+            ),
+            w(
                 &format!("payloads: publish_batch1000 {label} sync=none"),
                 move || spool_publish_batch(payload_count(size), size, 1000, SyncPolicy::None),
             ),
@@ -1586,6 +1628,12 @@ fn main() {
             &format!("payloads: publish_batch1000 {label} none / raw buffered"),
             &format!("payloads: publish_batch1000 {label} sync=none"),
             &format!("payloads: raw buffered append {label}"),
+            if size < 256 { 0.6 } else { 0.8 },
+        );
+        r.ratio(
+            &format!("payloads: publish_batch1000 {label} none / raw synced behind"),
+            &format!("payloads: publish_batch1000 {label} sync=none"),
+            &format!("payloads: raw append, 64 MiB files synced behind {label}"),
             if size < 256 { 0.6 } else { 0.8 },
         );
     }

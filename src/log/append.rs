@@ -1,5 +1,6 @@
 //! Appending records to the active segment: encoding a batch, holding it for the sync
-//! thread, writing it with zeros ahead, and the index entries that go with it.
+//! thread, writing it with zeros ahead (big payloads from where they lie, `pwritev`),
+//! and the index entries that go with it.
 //!
 //! **Invariant:** records get dense offsets and timestamps that never go back; a record
 //! over the body ceiling is refused before anything of its batch is written.
