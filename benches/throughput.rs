@@ -275,6 +275,44 @@ fn raw_append(count: usize, size: usize) -> Stat {
     stat(count, size, start.elapsed(), Vec::new())
 }
 
+/// `raw_append`, but into 64 MiB files, each synced on a thread of its own once the next
+/// one starts, with at most two such syncs running (a new file waits for the sync before
+/// its predecessor): what `Sync=None`'s promise (every rolled segment synced soon after
+/// its roll) costs any log on this disk, without spool.
+fn raw_append_synced_behind(count: usize, size: usize) -> Stat {
+    const FILE_BYTES: usize = 64 << 20;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let payload = vec![7u8; size];
+    let per_file = (FILE_BYTES / (size + 8)).max(1);
+    let mut syncs: std::collections::VecDeque<std::thread::JoinHandle<()>> = Default::default();
+    let start = Instant::now();
+    let mut done = 0;
+    while done < count {
+        let file = std::fs::File::create(dir.path().join(format!("{done}.log"))).expect("create");
+        let mut w = std::io::BufWriter::new(file);
+        let k = per_file.min(count - done);
+        for _ in 0..k {
+            w.write_all(&(size as u32).to_le_bytes()).expect("write");
+            w.write_all(&crc32fast::hash(&payload).to_le_bytes())
+                .expect("write");
+            w.write_all(&payload).expect("write");
+        }
+        done += k;
+        let file = w.into_inner().expect("flush");
+        if syncs.len() == 2
+            && let Some(h) = syncs.pop_front()
+        {
+            h.join().expect("sync thread");
+        }
+        syncs.push_back(std::thread::spawn(move || file.sync_data().expect("sync")));
+    }
+    let elapsed = start.elapsed();
+    for h in syncs {
+        h.join().expect("sync thread");
+    }
+    stat(count, size, elapsed, Vec::new())
+}
+
 /// One side of `interleaved`: publishes `k` messages one at a time, pushing each one's
 /// latency in µs.
 type Side<'a> = Box<dyn FnMut(usize, &mut Vec<f64>) + 'a>;
@@ -557,6 +595,71 @@ fn spool_publish_batch(count: usize, size: usize, batch: usize, sync: SyncPolicy
     let elapsed = start.elapsed();
     rt.block_on(mq.close()).expect("close");
     stat(count, size, elapsed, Vec::new())
+}
+
+/// Batches of 100 × 64 KiB (6.5 MB): about one in ten crosses a 64 MiB roll.
+const ROLL_CROSSED: &str =
+    "payloads: publish_batch100 64KiB sync=none, the batches that cross a roll";
+const ROLL_NOT_CROSSED: &str =
+    "payloads: publish_batch100 64KiB sync=none, the batches that do not";
+
+/// Issue 31 point 3: the payload sizes of the big-payload rows, each with its label.
+const PAYLOAD_SIZES: [(usize, &str); 6] = [
+    (16, "16B"),
+    (256, "256B"),
+    (1 << 10, "1KiB"),
+    (4 << 10, "4KiB"),
+    (64 << 10, "64KiB"),
+    (1 << 20, "1MiB"),
+];
+
+/// How many records of `size` bytes a big-payload row writes: about 1 GiB (a batch of
+/// 1,000 × 1 MiB, as in the issue, crosses 16 rolls of 64 MiB), at most 2 M records.
+fn payload_count(size: usize) -> usize {
+    (n(1 << 30) / size).min(n(2_000_000)).max(10)
+}
+
+/// `publish_batch` of `batch` × `size` bytes under `Sync=None`, each batch's latency in
+/// µs: `.0` of the batches that crossed a roll (the topic's segments grew), `.1` of the
+/// others (p50/p99 of each in the `Stat`s).
+fn spool_batches_across_rolls(count: usize, size: usize, batch: usize) -> (Stat, Stat) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rt = rt();
+    let mq = open(dir.path(), SyncPolicy::None);
+    let payload = bytes::Bytes::from(vec![7u8; size]);
+    let (mut rolled, mut plain) = (Vec::new(), Vec::new());
+    let (mut t_rolled, mut t_plain) = (Duration::ZERO, Duration::ZERO);
+    let (mut n_rolled, mut n_plain) = (0, 0);
+    rt.block_on(async {
+        let mut done = 0;
+        let mut segments = 0;
+        while done < count {
+            let msgs: Vec<(bytes::Bytes, Headers)> = (0..batch.min(count - done))
+                .map(|_| (payload.clone(), Headers::new()))
+                .collect();
+            let k = msgs.len();
+            done += k;
+            let t = Instant::now();
+            mq.publish_batch("bench", msgs).await.expect("publish");
+            let took = t.elapsed();
+            let now = mq.topic_info("bench").expect("info").segments;
+            if segments != 0 && now > segments {
+                rolled.push(took.as_secs_f64() * 1e6);
+                t_rolled += took;
+                n_rolled += k;
+            } else {
+                plain.push(took.as_secs_f64() * 1e6);
+                t_plain += took;
+                n_plain += k;
+            }
+            segments = now;
+        }
+    });
+    rt.block_on(mq.close()).expect("close");
+    (
+        stat(n_rolled.max(1), size, t_rolled, rolled),
+        stat(n_plain.max(1), size, t_plain, plain),
+    )
 }
 
 /// `k` publishes of `payload` to topic `bench`, one at a time, each one's latency pushed
@@ -1270,6 +1373,29 @@ fn main() {
         }),
     ]);
 
+    println!("\n-- big payloads, Sync=None, batches of 1,000 (issue 31 point 3, against raw)");
+    for (size, label) in PAYLOAD_SIZES {
+        r.round_robin(vec![
+            w(
+                &format!("payloads: raw buffered append {label}"),
+                move || raw_append(payload_count(size), size),
+            ),
+            w(
+                &format!("payloads: raw append, 64 MiB files synced behind {label}"),
+                move || raw_append_synced_behind(payload_count(size), size),
+            ),
+            w(
+                &format!("payloads: publish_batch1000 {label} sync=none"),
+                move || spool_publish_batch(payload_count(size), size, 1000, SyncPolicy::None),
+            ),
+        ]);
+    }
+    // Batches of 100 × 64 KiB (6.5 MB): about one in ten crosses a 64 MiB roll.
+    r.together(&[ROLL_CROSSED, ROLL_NOT_CROSSED], || {
+        let (rolled, plain) = spool_batches_across_rolls(n(16_384), 64 << 10, 100);
+        vec![rolled, plain]
+    });
+
     println!("\n-- spool publish, every policy and size");
     for size in [100usize, 1024] {
         for (pname, p) in policies() {
@@ -1497,6 +1623,20 @@ fn main() {
         "sqlite consume 100-row ranges 100B (sync=FULL)",
         2.0,
     );
+    for (size, label) in PAYLOAD_SIZES {
+        r.ratio(
+            &format!("payloads: publish_batch1000 {label} none / raw buffered"),
+            &format!("payloads: publish_batch1000 {label} sync=none"),
+            &format!("payloads: raw buffered append {label}"),
+            if size < 256 { 0.6 } else { 0.8 },
+        );
+        r.ratio(
+            &format!("payloads: publish_batch1000 {label} none / raw synced behind"),
+            &format!("payloads: publish_batch1000 {label} sync=none"),
+            &format!("payloads: raw append, 64 MiB files synced behind {label}"),
+            if size < 256 { 0.6 } else { 0.8 },
+        );
+    }
     r.ratio(
         "consume 100-row batches, join_all acks / sqlite ranges FULL",
         JOIN_ALL_100,

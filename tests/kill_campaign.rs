@@ -70,12 +70,20 @@ async fn kill_child_entry() {
     for i in 0u64.. {
         let id = format!("{seed}-{i}");
         if rng.below(4) == 0 {
+            // Now and then a batch too big to be held for the sync thread (256 KiB): its
+            // publisher writes it, the payloads from where they lie (`pwritev`).
+            let pad = if rng.below(16) == 0 { 100 << 10 } else { 0 };
             let batch: Vec<(Vec<u8>, Headers)> = (0..3)
-                .map(|k| (format!("m-{id}-{k}").into_bytes(), Headers::new()))
+                .map(|k| {
+                    let mut body = format!("m-{id}-{k}-").into_bytes();
+                    body.resize(body.len() + pad, b'.');
+                    (body, Headers::new())
+                })
                 .collect();
             let offsets = mq.publish_batch(TOPIC, batch).await.expect("batch");
             for (k, o) in offsets.iter().enumerate() {
-                writeln!(out, "P {o} m-{id}-{k}").expect("stdout");
+                // The dots as a count: a line under 4 KiB reaches the pipe whole.
+                writeln!(out, "P {o} m-{id}-{k}- {pad}").expect("stdout");
             }
         } else {
             let o = mq
@@ -150,6 +158,12 @@ fn run_and_kill(dir: &Path, seed: u64, run_ms: u64, p: &mut Promises) -> usize {
             ["P", o, body] => {
                 p.published
                     .insert(o.parse().expect("offset"), (*body).to_owned());
+                facts += 1;
+            }
+            ["P", o, body, dots] => {
+                let dots = ".".repeat(dots.parse().expect("dots"));
+                p.published
+                    .insert(o.parse().expect("offset"), format!("{body}{dots}"));
                 facts += 1;
             }
             ["A", o] => {

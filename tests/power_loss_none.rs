@@ -33,7 +33,13 @@ fn options() -> Options {
 }
 
 fn payload(seed: u64, i: u64) -> Vec<u8> {
-    let len = 10 + ((seed ^ i.wrapping_mul(0x9e37_79b9)) % 90) as usize;
+    let mixed = (seed ^ i.wrapping_mul(0x9e37_79b9)) as usize;
+    // One in 16 over 4 KiB: the log writes it from where it lies, not copied (`pwritev`).
+    let len = if i % 16 == 7 {
+        4096 + mixed % 200
+    } else {
+        10 + mixed % 90
+    };
     let mut p = format!("{seed}-{i}-").into_bytes();
     p.resize(len, b'a' + (i % 26) as u8);
     p

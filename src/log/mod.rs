@@ -12,7 +12,8 @@
 //! Files, by role:
 //! - `mod.rs`: `TopicLog` (the writer), `LogReader` (the read handle), their config.
 //! - `open.rs`: recovery at open, step by step.
-//! - `append.rs`: encoding and writing batches, zeros ahead, held records.
+//! - `append.rs`: encoding and writing batches (big payloads not copied), zeros ahead,
+//!   held records.
 //! - `roll.rs`: starting the next segment (spare, kept file, or new).
 //! - `sealing.rs`: sealing segments, inline or in the background.
 //! - `read.rs`: batched reads, time lookups, message ids for de-duplication.

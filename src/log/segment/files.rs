@@ -105,6 +105,16 @@ impl Segment {
         })
     }
 
+    /// Writes `bufs` one after the other from `pos` (one `pwritev` per `IOV_MAX` of them).
+    pub(crate) fn write_vectored_at(&self, bufs: &[&[u8]], pos: u64) -> Result<()> {
+        self.with_file(|f| {
+            let r = f.write_all_vectored_at(bufs, pos);
+            // Also after a failure: part of it may be in the page cache.
+            self.writes.fetch_add(1, Ordering::AcqRel);
+            r
+        })
+    }
+
     /// Syncs the file. A closed one has nothing to sync: a file closes only once a sync
     /// covered every write through it, and a write opens it first. So a sync never needs
     /// a descriptor it may not get (out of them, it would poison the topic for nothing).
