@@ -20,37 +20,12 @@ use std::time::{Duration, Instant};
 
 use spool::{Headers, Options, Spool, SyncPolicy};
 
-fn scale() -> f64 {
-    std::env::var("SPOOL_BENCH_SCALE")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1.0)
-}
-fn n(base: usize) -> usize {
-    ((base as f64 * scale()) as usize).max(10)
-}
-fn runs() -> usize {
-    std::env::var("SPOOL_BENCH_RUNS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        // Five: on this shared machine a slow phase often spans a round or two.
-        .unwrap_or(5)
-}
+mod common;
+use common::{Stat, fill, n, open, raw_append, rt, runs_or, scale, stat};
 
-#[derive(Clone, Copy, Default, Debug)]
-struct Stat {
-    msgs_per_s: f64,
-    mb_per_s: f64,
-    p50_us: f64,
-    p99_us: f64,
-    p999_us: f64,
-    /// Its rate was set by pacing (a latency workload): its rounds differ in their
-    /// latencies, not their throughput, so the median round is the median by p99.
-    paced: bool,
-    /// The share of the machine's CPU time the hypervisor took during the run (`steal`
-    /// in `/proc/stat`; none where that file is missing): a virtual machine's latency
-    /// tail follows it, spool's or not.
-    steal_pct: Option<f64>,
+fn runs() -> usize {
+    // Five: on this shared machine a slow phase often spans a round or two.
+    runs_or(5)
 }
 
 /// `(steal, total)` CPU ticks from the first line of `/proc/stat`, if it can be read.
@@ -209,41 +184,9 @@ impl Report {
     }
 }
 
-fn stat(count: usize, bytes_each: usize, elapsed: Duration, mut lat_us: Vec<f64>) -> Stat {
-    let secs = elapsed.as_secs_f64().max(1e-9);
-    let mut s = Stat {
-        msgs_per_s: count as f64 / secs,
-        mb_per_s: (count * bytes_each) as f64 / secs / 1e6,
-        ..Stat::default()
-    };
-    if !lat_us.is_empty() {
-        lat_us.sort_by(f64::total_cmp);
-        let q = |p: f64| lat_us[((lat_us.len() as f64 * p) as usize).min(lat_us.len() - 1)];
-        s.p50_us = q(0.50);
-        s.p99_us = q(0.99);
-        s.p999_us = q(0.999);
-    }
-    s
-}
-
 /// `s`, of a workload whose rate is set (see `Stat::paced`).
 fn paced(s: Stat) -> Stat {
     Stat { paced: true, ..s }
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime")
-}
-
-fn open(dir: &Path, sync: SyncPolicy) -> Spool {
-    let mut o = Options::new(dir);
-    o.sync = sync;
-    o.dedup_window = 0;
-    Spool::open_with(o).expect("open")
 }
 
 fn policies() -> [(&'static str, SyncPolicy); 3] {
@@ -258,22 +201,6 @@ fn policies() -> [(&'static str, SyncPolicy); 3] {
 }
 
 // ---------------------------------------------------------------- baselines
-
-fn raw_append(count: usize, size: usize) -> Stat {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let file = std::fs::File::create(dir.path().join("raw.log")).expect("create");
-    let payload = vec![7u8; size];
-    let start = Instant::now();
-    let mut w = std::io::BufWriter::new(file);
-    for _ in 0..count {
-        w.write_all(&(size as u32).to_le_bytes()).expect("write");
-        w.write_all(&crc32fast::hash(&payload).to_le_bytes())
-            .expect("write");
-        w.write_all(&payload).expect("write");
-    }
-    w.flush().expect("flush");
-    stat(count, size, start.elapsed(), Vec::new())
-}
 
 /// One side of `interleaved`: publishes `k` messages one at a time, pushing each one's
 /// latency in µs.
@@ -670,20 +597,6 @@ fn publish_concurrent(
     let elapsed = start.elapsed();
     rt.block_on(mq.close()).expect("close");
     stat(per * producers, size, elapsed, lat)
-}
-
-fn fill(mq: &Spool, rt: &tokio::runtime::Runtime, topic: &str, count: usize, size: usize) {
-    let payload = bytes::Bytes::from(vec![7u8; size]);
-    rt.block_on(async {
-        let mut done = 0;
-        while done < count {
-            let msgs: Vec<(bytes::Bytes, Headers)> = (0..1000.min(count - done))
-                .map(|_| (payload.clone(), Headers::new()))
-                .collect();
-            done += msgs.len();
-            mq.publish_batch(topic, msgs).await.expect("publish");
-        }
-    });
 }
 
 fn spool_consume_auto(count: usize, size: usize, in_flight: usize) -> Stat {
