@@ -621,6 +621,50 @@ fn spool_consume_auto(count: usize, size: usize, in_flight: usize) -> Stat {
     stat(count, size, elapsed, Vec::new())
 }
 
+/// Issue 31's plain auto-ack pattern: a `recv()` loop on a current-thread runtime on a
+/// thread of its own hands the payloads, 100 at a time, over a std channel to the thread
+/// that handles them (here the bench's own, which only looks at them).
+fn spool_consume_auto_handoff(count: usize, size: usize) -> Stat {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rt = rt();
+    let mq = open(dir.path(), SyncPolicy::None);
+    fill(&mq, &rt, "bench", count, size);
+    let (tx, rx) = std::sync::mpsc::channel::<Vec<bytes::Bytes>>();
+    let start = Instant::now();
+    let consumer = {
+        let mq = mq.clone();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(async {
+                let mut c = mq.consumer("bench", "g").build().expect("consumer");
+                let mut batch = Vec::with_capacity(100);
+                for _ in 0..count {
+                    let d = c.recv().await.expect("recv");
+                    batch.push(d.payload().clone());
+                    if batch.len() == 100 {
+                        tx.send(std::mem::replace(&mut batch, Vec::with_capacity(100)))
+                            .expect("send");
+                    }
+                }
+                tx.send(batch).expect("send");
+            });
+        })
+    };
+    let mut seen = 0;
+    while seen < count {
+        let batch = rx.recv().expect("a batch");
+        seen += batch.len();
+        std::hint::black_box(batch);
+    }
+    let elapsed = start.elapsed();
+    consumer.join().expect("consumer thread");
+    rt.block_on(mq.close()).expect("close");
+    stat(count, size, elapsed, Vec::new())
+}
+
 /// Manual acks under `Sync=Always`: up to `max_in_flight` deliveries taken, then acked
 /// concurrently (`join_all`, no task per ack); each ack is durable when it returns, and
 /// concurrent acks share one catalog commit.
@@ -745,6 +789,8 @@ async fn recv_window(c: &mut spool::Consumer, batch: usize) -> Vec<spool::Delive
     window
 }
 
+/// Issue 31's auto-ack pattern, beside SQLite's 100-row ranges (no fsync).
+const AUTO_HANDOFF: &str = "consume auto-ack, own thread, 100/send 100B";
 /// Issue 31's batch patterns, beside SQLite's 100-row ranges (`FULL`).
 const ONE_BY_ONE_100: &str = "consume 100-row batches: recv+ack awaited one by one (always) 100B";
 const JOIN_ALL_100: &str = "consume 100-row batches: recv+join_all acks (always) 100B";
@@ -1163,6 +1209,8 @@ fn main() {
         w("consume recv+auto-ack mif=1 100B", || {
             spool_consume_auto(n(500_000), 100, 1)
         }),
+        // Issue 31: the pattern a user writes first, on a thread of its own.
+        w(AUTO_HANDOFF, || spool_consume_auto_handoff(n(500_000), 100)),
     ]);
     r.round_robin(vec![
         w("sqlite consume 100-row ranges 100B (sync=FULL)", || {
@@ -1397,6 +1445,12 @@ fn main() {
         "consume recv+auto-ack mif=1 100B",
         "sqlite consume 100-row ranges 100B (sync=OFF)",
         1.0,
+    );
+    r.ratio(
+        "consume auto-ack, 100 at a time to another thread / sqlite ranges",
+        AUTO_HANDOFF,
+        "sqlite consume 100-row ranges 100B (sync=OFF)",
+        2.0,
     );
     r.ratio(
         "consume manual mif=256 always / sqlite ranges FULL",
