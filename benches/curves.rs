@@ -16,7 +16,7 @@
 //! SVG of four panels: `$SPOOL_BENCH_PLOT` (relative to the package root), or
 //! `curves.svg` under `$CARGO_TARGET_DIR` (else `target/`).
 //! `cargo bench --bench curves -- topics` runs only the curves whose name contains `topics`.
-//! Each point runs `SPOOL_BENCH_RUNS` times (default 1) and its median is kept.
+//! Each point runs `SPOOL_BENCH_RUNS` times (default 3) and its median is kept.
 //! `SPOOL_BENCH_SCALE` scales every count and every timed window (default 1: about three
 //! minutes on 2 cores). Speed is measured here, never asserted.
 
@@ -33,8 +33,9 @@ mod common;
 use common::{fill, n, open, raw_append, rt, runs_or, scale};
 
 fn runs() -> usize {
-    // One: the curves look for steps of 2× and more, not for a few percent.
-    runs_or(1)
+    // Three: enough to drop one slow round of a shared machine; the whole bench then
+    // takes about two minutes.
+    runs_or(3)
 }
 
 /// How long a timed point publishes: one second at scale 1.
@@ -148,9 +149,12 @@ fn value(v: f64, unit: &str) -> String {
     }
 }
 
-/// A ratio with two significant digits or more: 0.0031x, 0.52x, 1.3x, 40x.
+/// A ratio with two significant digits or more: 0.0031x, 0.52x, 1.30x, 40x.
 fn ratio(y: f64) -> String {
-    let decimals = (1.0 - y.log10().floor()).clamp(0.0, 6.0) as usize;
+    if y >= 10.0 {
+        return format!("{y:.0}x");
+    }
+    let decimals = (1.0 - y.log10().floor()).clamp(2.0, 6.0) as usize;
     format!("{y:.decimals$}x")
 }
 
@@ -195,23 +199,19 @@ fn topics_curve() -> Curve {
     for topics in TOPICS {
         let dir = tempfile::tempdir().expect("tempdir");
         let names: Vec<String> = (0..topics).map(|i| format!("t{i}")).collect();
-        // Untimed: each topic created by its first record.
-        let mq = open(dir.path(), SyncPolicy::None);
-        let rt = rt();
         let t = Instant::now();
-        round_robin(&rt, &mq, &names, 100, Duration::ZERO, topics);
+        create_topics(dir.path(), &names);
         println!(
-            "  ({} topics created in {:.1} s)",
+            "  ({} topics created in {:.1} s, untimed)",
             count(topics),
             t.elapsed().as_secs_f64()
         );
-        rt.block_on(mq.close()).expect("close");
         let mut files = RawFiles::new(topics);
         c.measure(topics, || {
             let none = spool_round_robin(dir.path(), &names);
             let raw = files.round_robin();
             let always = spool_spread(dir.path(), &names);
-            let note = format!("{:.2}x the raw round-robin", none / raw);
+            let note = format!("{} the raw round-robin", ratio(none / raw));
             vec![
                 Reading { value: none, note },
                 Reading::of(raw),
@@ -222,22 +222,43 @@ fn topics_curve() -> Curve {
     c
 }
 
-/// Publishes `size` bytes one at a time to `names` in turn until `at_least` are published
-/// and `window` has passed; returns how many.
-fn round_robin(
-    rt: &tokio::runtime::Runtime,
-    mq: &spool::Spool,
-    names: &[String],
-    size: usize,
-    window: Duration,
-    at_least: usize,
-) -> usize {
-    let payload = bytes::Bytes::from(vec![7u8; size]);
+/// Creates each topic of `names` by publishing one 100 B record to it, from
+/// `PUBLISHERS` tasks at once (creations then share what they can).
+fn create_topics(dir: &Path, names: &[String]) {
+    let mq = open(dir, SyncPolicy::None);
+    let rt = rt();
+    let names = Arc::new(names.to_vec());
+    rt.block_on(async {
+        let tasks: Vec<_> = (0..PUBLISHERS.min(names.len()))
+            .map(|p| {
+                let (mq, names) = (mq.clone(), names.clone());
+                tokio::spawn(async move {
+                    for topic in names.iter().skip(p).step_by(PUBLISHERS) {
+                        mq.publish(topic, vec![7u8; 100], &Headers::new())
+                            .await
+                            .expect("publish");
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.expect("creator");
+        }
+    });
+    rt.block_on(mq.close()).expect("close");
+}
+
+/// msg/s of one producer publishing 100 B one at a time to `names` in turn under
+/// `Sync=None`, over `window()`.
+fn spool_round_robin(dir: &Path, names: &[String]) -> f64 {
+    let mq = open(dir, SyncPolicy::None);
+    let rt = rt();
+    let payload = bytes::Bytes::from(vec![7u8; 100]);
     let h = Headers::new();
     let start = Instant::now();
-    rt.block_on(async {
+    let done = rt.block_on(async {
         let mut i = 0;
-        while i < at_least || start.elapsed() < window {
+        while start.elapsed() < window() {
             for _ in 0..64 {
                 let topic = &names[i % names.len()];
                 mq.publish(topic, payload.clone(), &h)
@@ -247,15 +268,7 @@ fn round_robin(
             }
         }
         i
-    })
-}
-
-/// msg/s of one producer round-robin over `names` under `Sync=None`, 100 B.
-fn spool_round_robin(dir: &Path, names: &[String]) -> f64 {
-    let mq = open(dir, SyncPolicy::None);
-    let rt = rt();
-    let start = Instant::now();
-    let done = round_robin(&rt, &mq, names, 100, window(), 0);
+    });
     let rate = done as f64 / start.elapsed().as_secs_f64();
     rt.block_on(mq.close()).expect("close");
     rate
@@ -365,8 +378,8 @@ fn groups_curve() -> Curve {
         &[("auto-ack recv loop per group, 100 B, all groups", "msg/s")],
     );
     for groups in GROUPS {
-        // About 400,000 deliveries in all, at least 500 records.
-        let records = (n(400_000) / groups).max(500);
+        // About 2,000,000 deliveries in all, at least 1,000 records per group.
+        let records = (n(2_000_000) / groups).max(1_000);
         c.measure(groups, || vec![consume_groups(groups, records)]);
     }
     c
@@ -442,7 +455,7 @@ fn payload_curve() -> Curve {
             rt.block_on(mq.close()).expect("close");
             drop(dir);
             let raw = raw_append(records, bytes).mb_per_s;
-            let note = format!("{:.2}x raw; {} records", spool / raw, count(records));
+            let note = format!("{} raw; {} records", ratio(spool / raw), count(records));
             vec![Reading { value: spool, note }, Reading::of(raw)]
         });
     }
@@ -464,7 +477,7 @@ fn consumers_curve() -> Curve {
             ("most-served consumer, share of a fair share", "share"),
         ],
     );
-    let records = n(200_000);
+    let records = n(1_000_000);
     for consumers in CONSUMERS {
         c.measure(consumers, || share_group(consumers, records));
     }
