@@ -593,6 +593,9 @@ fn panel(area: &Plot<'_>, c: &Curve) -> Result<(), Box<dyn std::error::Error>> {
     let all = || ratios.iter().flatten();
     let (x0, x1) = all().fold((f64::MAX, 0f64), |(a, b), p| (a.min(p.0), b.max(p.0)));
     let (y0, y1) = all().fold((1f64, 1f64), |(a, b), p| (a.min(p.1), b.max(p.1)));
+    let (y0, y1) = (y0 / 1.6, y1 * 1.6);
+    // Room below the lowest point for the legend: a quarter of the panel's height.
+    let y0 = y0 / (y1 / y0).powf(1.0 / 3.0);
     let mut chart = ChartBuilder::on(area)
         .caption(c.title, ("sans-serif", 18))
         .margin(14)
@@ -602,7 +605,7 @@ fn panel(area: &Plot<'_>, c: &Curve) -> Result<(), Box<dyn std::error::Error>> {
             (x0 / 1.5..x1 * 1.5)
                 .log_scale()
                 .with_key_points(ratios[0].iter().map(|p| p.0).collect()),
-            (y0 / 1.6..y1 * 1.6).log_scale(),
+            (y0..y1).log_scale(),
         )?;
     chart
         .configure_mesh()
