@@ -34,7 +34,7 @@ use common::{fill, n, open, raw_append, rt, runs_or, scale};
 
 fn runs() -> usize {
     // Three: enough to drop one slow round of a shared machine; the whole bench then
-    // takes about two minutes.
+    // takes about three minutes on 2 cores.
     runs_or(3)
 }
 
