@@ -20,37 +20,12 @@ use std::time::{Duration, Instant};
 
 use spool::{Headers, Options, Spool, SyncPolicy};
 
-fn scale() -> f64 {
-    std::env::var("SPOOL_BENCH_SCALE")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1.0)
-}
-fn n(base: usize) -> usize {
-    ((base as f64 * scale()) as usize).max(10)
-}
-fn runs() -> usize {
-    std::env::var("SPOOL_BENCH_RUNS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        // Five: on this shared machine a slow phase often spans a round or two.
-        .unwrap_or(5)
-}
+mod common;
+use common::{Stat, fill, n, open, raw_append, rt, runs_or, scale, stat};
 
-#[derive(Clone, Copy, Default, Debug)]
-struct Stat {
-    msgs_per_s: f64,
-    mb_per_s: f64,
-    p50_us: f64,
-    p99_us: f64,
-    p999_us: f64,
-    /// Its rate was set by pacing (a latency workload): its rounds differ in their
-    /// latencies, not their throughput, so the median round is the median by p99.
-    paced: bool,
-    /// The share of the machine's CPU time the hypervisor took during the run (`steal`
-    /// in `/proc/stat`; none where that file is missing): a virtual machine's latency
-    /// tail follows it, spool's or not.
-    steal_pct: Option<f64>,
+fn runs() -> usize {
+    // Five: on this shared machine a slow phase often spans a round or two.
+    runs_or(5)
 }
 
 /// `(steal, total)` CPU ticks from the first line of `/proc/stat`, if it can be read.
@@ -209,41 +184,9 @@ impl Report {
     }
 }
 
-fn stat(count: usize, bytes_each: usize, elapsed: Duration, mut lat_us: Vec<f64>) -> Stat {
-    let secs = elapsed.as_secs_f64().max(1e-9);
-    let mut s = Stat {
-        msgs_per_s: count as f64 / secs,
-        mb_per_s: (count * bytes_each) as f64 / secs / 1e6,
-        ..Stat::default()
-    };
-    if !lat_us.is_empty() {
-        lat_us.sort_by(f64::total_cmp);
-        let q = |p: f64| lat_us[((lat_us.len() as f64 * p) as usize).min(lat_us.len() - 1)];
-        s.p50_us = q(0.50);
-        s.p99_us = q(0.99);
-        s.p999_us = q(0.999);
-    }
-    s
-}
-
 /// `s`, of a workload whose rate is set (see `Stat::paced`).
 fn paced(s: Stat) -> Stat {
     Stat { paced: true, ..s }
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime")
-}
-
-fn open(dir: &Path, sync: SyncPolicy) -> Spool {
-    let mut o = Options::new(dir);
-    o.sync = sync;
-    o.dedup_window = 0;
-    Spool::open_with(o).expect("open")
 }
 
 fn policies() -> [(&'static str, SyncPolicy); 3] {
@@ -258,22 +201,6 @@ fn policies() -> [(&'static str, SyncPolicy); 3] {
 }
 
 // ---------------------------------------------------------------- baselines
-
-fn raw_append(count: usize, size: usize) -> Stat {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let file = std::fs::File::create(dir.path().join("raw.log")).expect("create");
-    let payload = vec![7u8; size];
-    let start = Instant::now();
-    let mut w = std::io::BufWriter::new(file);
-    for _ in 0..count {
-        w.write_all(&(size as u32).to_le_bytes()).expect("write");
-        w.write_all(&crc32fast::hash(&payload).to_le_bytes())
-            .expect("write");
-        w.write_all(&payload).expect("write");
-    }
-    w.flush().expect("flush");
-    stat(count, size, start.elapsed(), Vec::new())
-}
 
 /// `raw_append`, but into 64 MiB files, each synced on a thread of its own once the next
 /// one starts, with at most two such syncs running (a new file waits for the sync before
@@ -775,20 +702,6 @@ fn publish_concurrent(
     stat(per * producers, size, elapsed, lat)
 }
 
-fn fill(mq: &Spool, rt: &tokio::runtime::Runtime, topic: &str, count: usize, size: usize) {
-    let payload = bytes::Bytes::from(vec![7u8; size]);
-    rt.block_on(async {
-        let mut done = 0;
-        while done < count {
-            let msgs: Vec<(bytes::Bytes, Headers)> = (0..1000.min(count - done))
-                .map(|_| (payload.clone(), Headers::new()))
-                .collect();
-            done += msgs.len();
-            mq.publish_batch(topic, msgs).await.expect("publish");
-        }
-    });
-}
-
 fn spool_consume_auto(count: usize, size: usize, in_flight: usize) -> Stat {
     let dir = tempfile::tempdir().expect("tempdir");
     let rt = rt();
@@ -807,6 +720,50 @@ fn spool_consume_auto(count: usize, size: usize, in_flight: usize) -> Stat {
         }
     });
     let elapsed = start.elapsed();
+    rt.block_on(mq.close()).expect("close");
+    stat(count, size, elapsed, Vec::new())
+}
+
+/// Issue 31's plain auto-ack pattern: a `recv()` loop on a current-thread runtime on a
+/// thread of its own hands the payloads, 100 at a time, over a std channel to the thread
+/// that handles them (here the bench's own, which only looks at them).
+fn spool_consume_auto_handoff(count: usize, size: usize) -> Stat {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rt = rt();
+    let mq = open(dir.path(), SyncPolicy::None);
+    fill(&mq, &rt, "bench", count, size);
+    let (tx, rx) = std::sync::mpsc::channel::<Vec<bytes::Bytes>>();
+    let start = Instant::now();
+    let consumer = {
+        let mq = mq.clone();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(async {
+                let mut c = mq.consumer("bench", "g").build().expect("consumer");
+                let mut batch = Vec::with_capacity(100);
+                for _ in 0..count {
+                    let d = c.recv().await.expect("recv");
+                    batch.push(d.payload().clone());
+                    if batch.len() == 100 {
+                        tx.send(std::mem::replace(&mut batch, Vec::with_capacity(100)))
+                            .expect("send");
+                    }
+                }
+                tx.send(batch).expect("send");
+            });
+        })
+    };
+    let mut seen = 0;
+    while seen < count {
+        let batch = rx.recv().expect("a batch");
+        seen += batch.len();
+        std::hint::black_box(batch);
+    }
+    let elapsed = start.elapsed();
+    consumer.join().expect("consumer thread");
     rt.block_on(mq.close()).expect("close");
     stat(count, size, elapsed, Vec::new())
 }
@@ -935,6 +892,8 @@ async fn recv_window(c: &mut spool::Consumer, batch: usize) -> Vec<spool::Delive
     window
 }
 
+/// Issue 31's auto-ack pattern, beside SQLite's 100-row ranges (no fsync).
+const AUTO_HANDOFF: &str = "consume auto-ack, own thread, 100/send 100B";
 /// Issue 31's batch patterns, beside SQLite's 100-row ranges (`FULL`).
 const ONE_BY_ONE_100: &str = "consume 100-row batches: recv+ack awaited one by one (always) 100B";
 const JOIN_ALL_100: &str = "consume 100-row batches: recv+join_all acks (always) 100B";
@@ -1353,6 +1312,8 @@ fn main() {
         w("consume recv+auto-ack mif=1 100B", || {
             spool_consume_auto(n(500_000), 100, 1)
         }),
+        // Issue 31: the pattern a user writes first, on a thread of its own.
+        w(AUTO_HANDOFF, || spool_consume_auto_handoff(n(500_000), 100)),
     ]);
     r.round_robin(vec![
         w("sqlite consume 100-row ranges 100B (sync=FULL)", || {
@@ -1610,6 +1571,12 @@ fn main() {
         "consume recv+auto-ack mif=1 100B",
         "sqlite consume 100-row ranges 100B (sync=OFF)",
         1.0,
+    );
+    r.ratio(
+        "consume auto-ack, 100 at a time to another thread / sqlite ranges",
+        AUTO_HANDOFF,
+        "sqlite consume 100-row ranges 100B (sync=OFF)",
+        2.0,
     );
     r.ratio(
         "consume manual mif=256 always / sqlite ranges FULL",
