@@ -1004,9 +1004,15 @@ fn bad_connection_strings() -> Vec<(&'static str, Want<'static>)> {
             "Data Source={d};Dead Letter Chain=maybe",
             Conn("Dead Letter Chain"),
         ),
-        ("Data Source={d};Mode=Kafka", Unsupported("Kafka")),
+        // Mode=Kafka refuses the embedded-only key, wherever it stands.
+        ("Data Source={d};Mode=Kafka", Conn("Data Source")),
         ("Data Source={d};Mode=Server", Unsupported("Server")),
-        ("Mode=Kafka;Data Source={d}", Unsupported("Kafka")),
+        ("Mode=Kafka;Data Source={d}", Conn("Data Source")),
+        ("Mode=Kafka;Bootstrap Servers=b:1;Sync=None", Conn("Sync")),
+        (
+            "Data Source={d};Bootstrap Servers=b:1",
+            Conn("Bootstrap Servers"),
+        ),
     ]
 }
 

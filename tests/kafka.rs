@@ -497,3 +497,55 @@ async fn reset_moves_own_members_and_refuses_groups_in_use_elsewhere() {
         r => panic!("expected GroupInUse, got {r:?}"),
     }
 }
+
+/// `message-id` de-duplication: a retry gets the original offset and produces nothing,
+/// within a batch too, and after a restart (the window is rebuilt from the topic's tail).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn message_ids_deduplicate_across_a_restart() {
+    let cluster = Cluster::new(&["d"]);
+    let id = |s: &str| {
+        let mut h = Headers::new();
+        h.insert("message-id".into(), s.into());
+        h
+    };
+    {
+        let mq = cluster.open("");
+        assert_eq!(
+            mq.publish("d", b"a".to_vec(), &id("a")).await.expect("a"),
+            0
+        );
+        assert_eq!(
+            mq.publish("d", b"a".to_vec(), &id("a"))
+                .await
+                .expect("retry"),
+            0
+        );
+        let batch = vec![
+            (b"b".to_vec(), id("b")),
+            (b"a".to_vec(), id("a")),
+            (b"c".to_vec(), Headers::new()),
+            (b"b".to_vec(), id("b")),
+        ];
+        assert_eq!(
+            mq.publish_batch("d", batch).await.expect("batch"),
+            vec![1, 0, 2, 1]
+        );
+        let info = mq.topic_info("d").expect("info");
+        assert_eq!((info.next, info.dedup_ids), (3, 2));
+        mq.close().await.expect("close");
+    }
+    let mq = cluster.open("");
+    assert_eq!(
+        mq.publish("d", b"b".to_vec(), &id("b"))
+            .await
+            .expect("after restart"),
+        1
+    );
+    assert_eq!(
+        mq.publish("d", b"e".to_vec(), &id("e"))
+            .await
+            .expect("new id"),
+        3
+    );
+    assert_eq!(mq.topic_info("d").expect("info").next, 4);
+}

@@ -131,13 +131,18 @@ fn missing_data_source_is_invalid() {
 }
 
 #[test]
-fn mode_other_than_embedded_is_unsupported_and_creates_nothing() {
+fn an_unknown_mode_is_unsupported_and_creates_nothing() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path().join("never-created");
-    for mode in ["Kafka", "kafka", "Server", "Cluster"] {
+    for mode in ["Server", "Cluster"] {
         let s = format!("Data Source={};Mode={mode}", dir.display());
         let r = Spool::open(&s);
         assert!(matches!(r, Err(Error::Unsupported { .. })), "{s}: {r:?}");
+    }
+    // Mode=Kafka exists and has no data directory: `Data Source` is refused by name.
+    for mode in ["Kafka", "kafka"] {
+        let s = format!("Data Source={};Mode={mode}", dir.display());
+        assert_names_key(Spool::open(&s), "Data Source", &s);
     }
     assert!(
         !dir.exists(),

@@ -5,6 +5,7 @@
 //! - `mod.rs`: the instance: its clients, topics and the calls that need no group.
 //! - `clients.rs`: building and checking librdkafka configurations.
 //! - `produce.rs`: idempotent produce, single and batch.
+//! - `dedup.rs`: the `message-id` window of each topic, rebuilt from its tail.
 //! - `floor.rs`: one partition's ack floor and its encoding in a commit's metadata.
 //! - `group.rs`: a group's member in this process: its partitions, floors and committer.
 //! - `poller.rs`: a group member's poll thread, the only reader of its consumer.
@@ -31,6 +32,7 @@ use crate::queue::{GroupInfo, TopicInfo};
 
 mod clients;
 mod consumer;
+mod dedup;
 mod floor;
 mod group;
 mod poller;
@@ -54,6 +56,8 @@ struct Inner {
     /// The group members of this instance, by (topic, group); consumers of one group
     /// share one member, as they share one group in embedded mode.
     groups: Mutex<HashMap<(String, String), Weak<Group>>>,
+    /// The `message-id` window of each topic published to with an id.
+    dedup: Mutex<HashMap<String, dedup::Shared>>,
     closed: std::sync::atomic::AtomicBool,
 }
 
@@ -87,6 +91,7 @@ impl Kafka {
                 producer,
                 reader,
                 groups: Mutex::new(HashMap::new()),
+                dedup: Mutex::new(HashMap::new()),
                 closed: std::sync::atomic::AtomicBool::new(false),
             }),
         })
@@ -178,6 +183,7 @@ impl Kafka {
             info.next += hi;
         }
         info.messages = info.next - info.earliest;
+        info.dedup_ids = self.dedup_len(topic);
         Ok(info)
     }
 
@@ -201,19 +207,21 @@ impl Kafka {
             });
         }
         let want = usize::try_from(hi - from).unwrap_or(usize::MAX).min(max);
-        self.read_range(topic, p, from, want)
+        self.read_range(topic, p, from, hi, want)
     }
 
-    /// Reads `count` records of one partition from `from`, through a reader of its own
-    /// (assigned, no group). Blocking. The range must exist (below the high watermark).
+    /// Reads up to `count` records of one partition from `from`, stopping at `to` (the
+    /// high watermark read before: offsets below it may have gaps, as transaction
+    /// markers leave), through a reader of its own (assigned, no group). Blocking.
     pub(crate) fn read_range(
         &self,
         topic: &str,
         p: i32,
         from: u64,
+        to: u64,
         count: usize,
     ) -> Result<Vec<Record>> {
-        if count == 0 {
+        if count == 0 || from >= to {
             return Ok(Vec::new());
         }
         let reader = clients::reader(&self.inner.opts)?;
@@ -224,8 +232,8 @@ impl Kafka {
             .assign(&tpl)
             .map_err(|e| kafka_err("assigning a partition to read", e))?;
         let deadline = std::time::Instant::now() + self.timeout();
-        let mut out = Vec::with_capacity(count.min(4096));
-        while out.len() < count {
+        let mut out: Vec<Record> = Vec::with_capacity(count.min(4096));
+        while out.len() < count && out.last().is_none_or(|r| r.offset + 1 < to) {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             if left.is_zero() {
                 return Err(timed_out("reading records"));

@@ -79,6 +79,8 @@ mod unclean;
 mod verify;
 
 pub use crate::catalog::AckWatch;
+#[cfg(feature = "kafka")]
+pub(crate) use crate::log::MESSAGE_ID_HEADER;
 pub use deadline::ACK_DEADLINE_REASON;
 pub use deliver::{GroupRef, Handling, LentRecords, Ticket};
 pub use engine::Engine;

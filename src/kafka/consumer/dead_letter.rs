@@ -173,7 +173,7 @@ fn find_copy(g: &Group, dlq: &str, p: i32, o: u64) -> Result<bool> {
         let from = lo.max(hi.saturating_sub(SEARCH_WINDOW));
         let count = usize::try_from(hi - from).unwrap_or(usize::MAX);
         if g.kafka
-            .read_range(dlq, dp, from, count)?
+            .read_range(dlq, dp, from, hi, count)?
             .iter()
             .any(is_copy)
         {

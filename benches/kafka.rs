@@ -1,0 +1,169 @@
+//! `Mode=Kafka` against plain rdkafka, on librdkafka's mock cluster, in one run
+//! (issue 30 point 7): 100,000 × 100 B produced, then consumed with a commit every 100.
+//!
+//! - spool: `publish_batch` of 1,000; a manual-ack consumer with `max_in_flight(100)`
+//!   doing `recv_batch(100)` then `ack_all` (one commit per 100, awaited).
+//! - rdkafka: the same produce (1,000 sends, then their deliveries awaited); a
+//!   `BaseConsumer` polling, with a synchronous commit of the next offset every 100.
+//!
+//! Each side gets its own topic and group on one cluster. Consumption is timed from the
+//! first record received (a group join takes seconds on the mock, for both).
+//!
+//! `cargo bench --features kafka --bench kafka`; `SPOOL_BENCH_RUNS` rounds (default 3,
+//! medians printed); `SPOOL_BENCH_SCALE` scales the record count.
+
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer as _};
+use rdkafka::message::Message as _;
+use rdkafka::mocking::MockCluster;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use spool::{Headers, Spool};
+
+mod common;
+
+const PAYLOAD: usize = 100;
+const BATCH: usize = 1_000;
+const COMMIT_EVERY: usize = 100;
+
+fn main() {
+    let count = common::n(100_000);
+    let runs = common::runs_or(3);
+    let rt = common::rt();
+    let (mut sp, mut sc, mut kp, mut kc) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for round in 0..runs {
+        let mock = MockCluster::new(1).expect("mock cluster");
+        let servers = mock.bootstrap_servers();
+        for t in [format!("s{round}"), format!("k{round}")] {
+            mock.create_topic(&t, 1, 1).expect("topic");
+        }
+        let (p, c) = rt.block_on(spool_side(&servers, &format!("s{round}"), count));
+        sp.push(p);
+        sc.push(c);
+        let (p, c) = rt.block_on(rdkafka_side(&servers, &format!("k{round}"), count));
+        kp.push(p);
+        kc.push(c);
+        drop(mock);
+    }
+    println!("Mode=Kafka on the mock cluster, {count} x {PAYLOAD} B, median of {runs}");
+    report("produce (batches of 1,000)", &mut sp, &mut kp);
+    report("consume (commit every 100)", &mut sc, &mut kc);
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn report(what: &str, spool: &mut [f64], plain: &mut [f64]) {
+    let (s, k) = (median(spool), median(plain));
+    let overhead = (k / s - 1.0) * 100.0;
+    println!(
+        "{what:<28} spool {s:>10.0} msg/s   rdkafka {k:>10.0} msg/s   spool overhead {overhead:>5.1}% (target <= 20%)"
+    );
+}
+
+/// Spool: produce, then consume; returns (produce, consume) rates in msg/s.
+async fn spool_side(servers: &str, topic: &str, count: usize) -> (f64, f64) {
+    let mq = Spool::open(&format!(
+        "Mode=Kafka;Bootstrap Servers={servers};Kafka.session.timeout.ms=6000"
+    ))
+    .expect("open");
+    let payload = bytes::Bytes::from(vec![7u8; PAYLOAD]);
+    let start = Instant::now();
+    let mut done = 0;
+    while done < count {
+        let msgs: Vec<(bytes::Bytes, Headers)> = (0..BATCH.min(count - done))
+            .map(|_| (payload.clone(), Headers::new()))
+            .collect();
+        done += msgs.len();
+        mq.publish_batch(topic, msgs).await.expect("publish");
+    }
+    let produce = count as f64 / start.elapsed().as_secs_f64();
+    let mut c = mq
+        .consumer(topic, "bench")
+        .manual_ack()
+        .max_in_flight(COMMIT_EVERY)
+        .build()
+        .expect("consumer");
+    let mut got = 0;
+    let mut start = None;
+    while got < count {
+        let batch = c.recv_batch(COMMIT_EVERY).await.expect("recv");
+        start.get_or_insert_with(Instant::now);
+        got += batch.len();
+        c.ack_all(batch).await.expect("ack_all");
+    }
+    let consume = count as f64 / start.map_or(1e-9, |s| s.elapsed().as_secs_f64());
+    drop(c);
+    mq.close().await.expect("close");
+    (produce, consume)
+}
+
+/// Plain rdkafka: the same produce, then a poll loop committing every 100.
+async fn rdkafka_side(servers: &str, topic: &str, count: usize) -> (f64, f64) {
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", servers)
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .create()
+        .expect("producer");
+    let payload = vec![7u8; PAYLOAD];
+    let start = Instant::now();
+    let mut done = 0;
+    while done < count {
+        let n = BATCH.min(count - done);
+        let sends: Vec<_> = (0..n)
+            .map(|_| {
+                producer.send(
+                    FutureRecord::<(), _>::to(topic).payload(&payload),
+                    Duration::from_secs(10),
+                )
+            })
+            .collect();
+        for s in sends {
+            s.await.expect("delivered");
+        }
+        done += n;
+    }
+    let produce = count as f64 / start.elapsed().as_secs_f64();
+    let topic = topic.to_owned();
+    let servers = servers.to_owned();
+    let consume = tokio::task::spawn_blocking(move || plain_consume(&servers, &topic, count))
+        .await
+        .expect("consumer thread");
+    (produce, consume)
+}
+
+fn plain_consume(servers: &str, topic: &str, count: usize) -> f64 {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", servers)
+        .set("group.id", "bench")
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("session.timeout.ms", "6000")
+        .create()
+        .expect("consumer");
+    consumer.subscribe(&[topic]).expect("subscribe");
+    let mut got = 0;
+    let mut start = None;
+    while got < count {
+        let Some(m) = consumer.poll(Duration::from_millis(100)) else {
+            continue;
+        };
+        let m = m.expect("message");
+        start.get_or_insert_with(Instant::now);
+        got += 1;
+        if got % COMMIT_EVERY == 0 || got == count {
+            let mut tpl = TopicPartitionList::new();
+            tpl.add_partition_offset(topic, m.partition(), Offset::Offset(m.offset() + 1))
+                .expect("offset");
+            drop(m);
+            consumer.commit(&tpl, CommitMode::Sync).expect("commit");
+        }
+    }
+    let rate = count as f64 / start.map_or(1e-9, |s| s.elapsed().as_secs_f64());
+    drop(consumer);
+    rate
+}

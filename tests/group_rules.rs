@@ -1,0 +1,219 @@
+//! The consumer-group rules, written once and run in every mode (issue 30 point 6): a
+//! rule cannot hold in one mode and silently not in the other. Each rule is an `async fn`
+//! over a `Backend`; the `embedded_*` tests run it on a data directory, the `kafka_*`
+//! ones (feature `kafka`) on librdkafka's mock cluster.
+
+use std::time::{Duration, Instant};
+
+use common_modes::{Backend, publish_n, recv};
+use spool::{Error, OffsetReset};
+
+mod common_modes;
+
+/// The cursor is the ack floor: acks above it wait; after finishing N it is N+1.
+async fn ack_floor(b: Backend) {
+    let mq = b.open("");
+    publish_n(&mq, "t", 3).await;
+    let mut c = mq
+        .consumer("t", "g")
+        .manual_ack()
+        .max_in_flight(3)
+        .build()
+        .expect("consumer");
+    let (d0, d1, d2) = (recv(&mut c).await, recv(&mut c).await, recv(&mut c).await);
+    assert_eq!((d0.offset(), d1.offset(), d2.offset()), (0, 1, 2));
+    d2.ack().await.expect("ack 2");
+    d1.ack().await.expect("ack 1");
+    assert_eq!(
+        mq.group_info("t", "g").expect("info").cursor,
+        0,
+        "0 is neither acked nor dead"
+    );
+    d0.ack().await.expect("ack 0");
+    assert_eq!(mq.group_info("t", "g").expect("info").cursor, 3);
+}
+
+/// A nack redelivers the record next, its attempt counted.
+async fn nack_redelivers(b: Backend) {
+    let mq = b.open("Max Delivery Attempts=0");
+    publish_n(&mq, "t", 2).await;
+    let mut c = mq
+        .consumer("t", "g")
+        .manual_ack()
+        .build()
+        .expect("consumer");
+    let d = recv(&mut c).await;
+    let out = d.nack("no").await.expect("nack");
+    assert_eq!(
+        (out.delivery_attempt, out.dead_lettered, out.next_offset),
+        (1, false, 0)
+    );
+    let again = recv(&mut c).await;
+    assert_eq!((again.offset(), again.attempt()), (0, 2));
+    again.ack().await.expect("ack");
+    assert_eq!(recv(&mut c).await.offset(), 1);
+}
+
+/// At the limit the copy goes to `<topic>.dlq` with provenance, once; then the cursor moves.
+async fn dead_letter_at_the_limit(b: Backend) {
+    let mq = b.open("Max Delivery Attempts=2");
+    publish_n(&mq, "t", 2).await;
+    let mut c = mq
+        .consumer("t", "g")
+        .manual_ack()
+        .build()
+        .expect("consumer");
+    assert!(
+        !recv(&mut c)
+            .await
+            .nack("a")
+            .await
+            .expect("nack")
+            .dead_lettered
+    );
+    let out = recv(&mut c).await.nack("b").await.expect("nack");
+    assert!(out.dead_lettered);
+    assert_eq!(out.next_offset, 1);
+    let copies = mq.fetch("t.dlq", 0, 10).await.expect("fetch");
+    assert_eq!(copies.len(), 1);
+    let h = copies[0].headers();
+    assert_eq!(h.get("x-original-topic").map(String::as_str), Some("t"));
+    assert_eq!(h.get("x-original-offset").map(String::as_str), Some("0"));
+    assert_eq!(h.get("x-consumer-group").map(String::as_str), Some("g"));
+    assert_eq!(h.get("x-delivery-attempts").map(String::as_str), Some("2"));
+    assert_eq!(h.get("x-dead-letter-reason").map(String::as_str), Some("b"));
+    assert_eq!(recv(&mut c).await.offset(), 1);
+    assert_eq!(mq.group_info("t", "g").expect("info").dead_lettered, 1);
+}
+
+/// A reopen forgets neither an attempt nor an ack above the cursor.
+async fn a_reopen_keeps_attempts_and_acks(b: Backend) {
+    {
+        let mq = b.open("Max Delivery Attempts=0");
+        publish_n(&mq, "t", 3).await;
+        let mut c = mq
+            .consumer("t", "g")
+            .manual_ack()
+            .max_in_flight(3)
+            .build()
+            .expect("c");
+        let (d0, d1, d2) = (recv(&mut c).await, recv(&mut c).await, recv(&mut c).await);
+        d0.nack("first").await.expect("nack");
+        d2.ack().await.expect("ack");
+        drop(d1); // released: no attempt
+        drop(c);
+        mq.close().await.expect("close");
+    }
+    let mq = b.open("Max Delivery Attempts=0");
+    let mut c = mq
+        .consumer("t", "g")
+        .manual_ack()
+        .build()
+        .expect("consumer");
+    let d = recv(&mut c).await;
+    assert_eq!((d.offset(), d.attempt()), (0, 2));
+    d.ack().await.expect("ack");
+    let d = recv(&mut c).await;
+    assert_eq!((d.offset(), d.attempt()), (1, 1));
+    d.ack().await.expect("ack");
+    assert_eq!(
+        mq.group_info("t", "g").expect("info").cursor,
+        3,
+        "2 was acked before"
+    );
+}
+
+/// A reset fences what was handed out before it; consumption goes on from the new cursor.
+async fn a_reset_fences(b: Backend) {
+    let mq = b.open("");
+    publish_n(&mq, "t", 4).await;
+    let mut c = mq
+        .consumer("t", "g")
+        .manual_ack()
+        .build()
+        .expect("consumer");
+    let d = recv(&mut c).await;
+    assert_eq!(
+        mq.reset_offset("t", "g", OffsetReset::Explicit(2))
+            .await
+            .expect("reset"),
+        2
+    );
+    assert!(matches!(
+        d.ack().await,
+        Err(Error::StaleDelivery { offset: 0 })
+    ));
+    assert_eq!(recv(&mut c).await.offset(), 2);
+}
+
+/// Auto-ack: the previous delivery is acked when the next is asked for, or at close.
+async fn auto_ack(b: Backend) {
+    let mq = b.open("");
+    publish_n(&mq, "t", 2).await;
+    let mut c = mq.consumer("t", "g").build().expect("consumer");
+    assert_eq!(recv(&mut c).await.offset(), 0);
+    assert_eq!(recv(&mut c).await.offset(), 1);
+    c.close().await.expect("close");
+    assert_eq!(mq.group_info("t", "g").expect("info").cursor, 2);
+}
+
+/// A delayed nack waits, and later records wait behind it with `max_in_flight(1)`.
+async fn a_delayed_nack_waits(b: Backend) {
+    let mq = b.open("Max Delivery Attempts=0");
+    publish_n(&mq, "t", 2).await;
+    let mut c = mq
+        .consumer("t", "g")
+        .manual_ack()
+        .build()
+        .expect("consumer");
+    let d = recv(&mut c).await;
+    let delay = Duration::from_millis(400);
+    let start = Instant::now();
+    assert!(
+        d.nack_with_delay("later", delay)
+            .await
+            .expect("nack")
+            .redeliver_at
+            .is_some()
+    );
+    let again = recv(&mut c).await;
+    // Whole milliseconds of the wall clock: allow one's rounding.
+    assert!(
+        start.elapsed() >= delay - Duration::from_millis(2),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!((again.offset(), again.attempt()), (0, 2));
+}
+
+macro_rules! in_every_mode {
+    ($($rule:ident),* $(,)?) => {
+        mod embedded {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $rule() {
+                    super::$rule(super::Backend::embedded()).await;
+                }
+            )*
+        }
+        #[cfg(feature = "kafka")]
+        mod kafka {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $rule() {
+                    super::$rule(super::Backend::kafka(&["t"])).await;
+                }
+            )*
+        }
+    };
+}
+
+in_every_mode!(
+    ack_floor,
+    nack_redelivers,
+    dead_letter_at_the_limit,
+    a_reopen_keeps_attempts_and_acks,
+    a_reset_fences,
+    auto_ack,
+    a_delayed_nack_waits,
+);
