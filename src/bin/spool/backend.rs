@@ -37,9 +37,13 @@ type Result<T> = std::result::Result<T, Failure>;
 impl Backend {
     /// Reaches the instance `target` names: checks the directory (`creates`: publish may
     /// make it), then goes through the owner's admin endpoint if one answers, else opens
-    /// the directory itself. A directory held by an owner that serves no endpoint
+    /// the directory itself. A `Mode=Kafka` connection string opens the cluster. A directory held by an owner that serves no endpoint
     /// (`Admin=Off`) or does not answer is refused.
     pub async fn connect(target: &Target, creates: bool) -> Result<Backend> {
+        // `Mode=Kafka` has no directory and no admin endpoint: the cluster is shared.
+        if target.options.mode == spool::Mode::Kafka {
+            return Ok(Backend::Offline(Spool::open_with(target.options.clone())?));
+        }
         target.check(creates)?;
         if target.dir().is_dir()
             && let Some(client) = Client::connect(target.dir())?
