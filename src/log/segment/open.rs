@@ -46,7 +46,7 @@ impl Segment {
             0,
         )?;
         let seg = Segment::fresh(fs, dir, file, base, max_body, poison)?;
-        // Its header's sync is the sealing's: the file stays open until then.
+        // Its header's sync is the sealing's (which opens the file again if it closed).
         seg.note_unsynced_write();
         Ok(seg)
     }
