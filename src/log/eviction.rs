@@ -192,6 +192,47 @@ mod tests {
         }
     }
 
+    /// A sync that must open a closed file again and cannot (out of descriptors) fails as
+    /// a failed sync does: its caller gets the error, and the topic stops (`Poisoned`).
+    /// No page was dropped, so the stopped topic's next sync (close's) still makes the
+    /// records durable once the file opens again.
+    #[test]
+    fn a_sync_that_cannot_open_a_closed_file_again_stops_the_topic() {
+        use crate::io::sim::SimFs;
+        let sim = SimFs::new(3);
+        sim.limit_open_files(2);
+        let fs = Fs::new(Arc::new(sim.clone()));
+        let cfg = LogConfig {
+            seal_in_background: false,
+            ..sim_cfg()
+        };
+        let mut a = TopicLog::open(&fs, Path::new("/t/a"), cfg, 0).expect("open a");
+        append(&mut a, 1);
+        let mut b = TopicLog::open(&fs, Path::new("/t/b"), cfg, 0).expect("open b");
+        append(&mut b, 1);
+        let active = a.active().clone();
+        assert_eq!(active.holds_files(), 0, "b's files closed a's");
+        assert!(!active.is_synced_to(active.written().bytes), "unsynced");
+        sim.fail_opens_of(Some(&active.path));
+        let failed = a.sync();
+        assert!(
+            matches!(&failed, Err(e) if !matches!(e, Error::Poisoned { .. })),
+            "the open's error: {failed:?}"
+        );
+        assert!(active.poisoned().is_some(), "the topic stopped");
+        sim.fail_opens_of(None);
+        let stopped = active.sync(); // as `close` does, also in a stopped topic
+        assert!(
+            matches!(stopped, Err(Error::Poisoned { .. })),
+            "{stopped:?}"
+        );
+        b.sync().expect("b goes on");
+        let cut = sim.crash_now();
+        let a = TopicLog::open(&Fs::new(Arc::new(cut)), Path::new("/t/a"), cfg, 0)
+            .expect("reopen after a power cut");
+        assert_eq!(a.next(), 1, "synced by the stopped topic's sync");
+    }
+
     /// A writer appending, a reader tailing the active segment and a sync thread go on
     /// while another thread keeps asking the active segment to close its files (as a
     /// sweep does): every record is read once, in order, and none is lost by a reopen.

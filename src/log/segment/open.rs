@@ -331,7 +331,7 @@ impl Segment {
         poison: Poison,
     ) -> Segment {
         // What recovery found in an unsealed segment may not be durable yet (an unsynced
-        // tail): its file stays open until a sync covers it.
+        // tail): one unsynced write, so that a sync opens the file again if it closed.
         let unsynced = !sealed && s.bytes > SEGMENT_HEADER_LEN as u64;
         Segment {
             base,
