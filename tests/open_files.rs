@@ -3,8 +3,9 @@
 //! publishes to 5,000 topics, closes, reopens and reads and publishes to each again, and
 //! never holds more than the bound on open files plus a margin (counted in
 //! `/proc/self/fd`). Under `Sync=None` at full scale; under `Always` (every file closed
-//! only once synced by the sync thread) and `Interval` (synced by the sweep itself) with
-//! 600 topics, which at two descriptors each would need 1,200.
+//! only once synced by the sync thread) and `Interval` (closed unsynced, synced by the
+//! interval thread through a descriptor opened again) with 600 topics, which at two
+//! descriptors each would need 1,200.
 
 mod common_core;
 

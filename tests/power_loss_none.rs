@@ -349,7 +349,7 @@ const OPEN_FILES_MAX: usize = 4;
 
 /// Publishes round-robin to `TOPICS` topics on a file system that lets the instance keep
 /// `OPEN_FILES_MAX` files open, so that idle topics close their active segment and index
-/// (synced first under `None`) and reopen them at their next publish; a clean close and
+/// (unsynced under `None`) and reopen them at their next publish; a clean close and
 /// reopen in the middle. Returns, per topic, the payloads in offset order, how many the
 /// close made durable, and how many publishes returned.
 async fn many_topics(fs: &SimFs, seed: u64, opts: &Options) -> Vec<(Vec<Vec<u8>>, usize)> {
@@ -426,8 +426,9 @@ async fn verify_many(
 
 /// Power cuts among many topics whose files the bound on open files keeps closing and
 /// reopening: under `None` each log stays a prefix holding what the clean close made
-/// durable, under `Always` every returned publish survives (a file is closed only once
-/// synced, and the next publish's sync goes through the reopened one).
+/// durable (its sync opens closed files again), under `Always` every returned publish
+/// survives (a file is closed only once synced, and the next publish's sync goes through
+/// the reopened one).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_power_cut_among_many_topics_whose_files_close_and_reopen_leaves_prefixes() {
     let mut failures = Vec::new();

@@ -37,8 +37,9 @@ pub enum Seen {
 pub trait Holder: Send + Sync {
     /// What a sweep sees; clears the mark a use set (`Seen::Used`). Never waits.
     fn seen(&self) -> Seen;
-    /// Closes what it holds if nothing uses it now and closing loses nothing (a file with
-    /// writes no sync covered is synced first, or kept). Never waits for another thread.
+    /// Closes what it holds if nothing uses it now. Never syncs and never waits for
+    /// another thread (a segment's unsynced writes stay counted, for the sync that needs
+    /// them to open the file again).
     fn release(&self);
 }
 
@@ -135,7 +136,7 @@ impl OpenFiles {
             };
             self.pick(&mut ring, opener)
         };
-        // Outside the list's lock: a release may sync a file.
+        // Outside the list's lock: a release takes its holder's locks (with `try_*`).
         for v in victims {
             v.release();
         }

@@ -82,6 +82,9 @@ pub struct SimFs {
     /// Existing files opened again (`open`), for tests that show files were closed and
     /// reopened. Not part of the state a crash image copies.
     opens: Arc<std::sync::atomic::AtomicU64>,
+    /// Opening an existing file at this path fails (`fail_opens_of`: out of descriptors).
+    /// Not part of the state a crash image copies.
+    failing_opens: Arc<Mutex<Option<PathBuf>>>,
 }
 
 /// See [`SimFs::faults_cleared_on_drop`].
@@ -144,6 +147,12 @@ impl SimFs {
     /// Stricter than Linux, where a later write to the same page dirties it again.
     pub fn fail_syncs_of(&self, path: Option<&Path>) {
         self.set_failing(path, true, false);
+    }
+
+    /// Makes every `open` of the existing file at `path` fail as if out of descriptors
+    /// (`EMFILE`), until `fail_opens_of(None)`; its writes and syncs go on.
+    pub fn fail_opens_of(&self, path: Option<&Path>) {
+        *self.failing_opens.lock().unwrap_or_else(|e| e.into_inner()) = path.map(Path::to_owned);
     }
 
     /// A guard that, when dropped, lets every held sync go and fails nothing any more:
@@ -274,6 +283,7 @@ impl SimFs {
             held_file: Arc::default(),
             open_files_max: Arc::new(max.into()),
             opens: Arc::default(),
+            failing_opens: Arc::default(),
         }
     }
 
@@ -571,6 +581,11 @@ impl Backend for SimFs {
     }
 
     fn open(&self, path: &Path) -> std::io::Result<Arc<dyn FileIo>> {
+        let failing = self.failing_opens.lock().unwrap_or_else(|e| e.into_inner());
+        if failing.as_deref() == Some(path) {
+            return Err(std::io::Error::from_raw_os_error(24)); // EMFILE
+        }
+        drop(failing);
         self.opens
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let s = self.lock();

@@ -65,8 +65,6 @@ pub(super) struct State {
     pub buffer: VecDeque<(i32, Record)>,
     /// Seeks asked for by nacks and resets, for the poll thread to make.
     pub seeks: Vec<Seek>,
-    /// Set at an assignment: the poll thread's pause state is void.
-    pub reassigned: bool,
     /// Records dead-lettered by this member since it joined.
     pub dead_lettered: u64,
     pub closing: bool,
@@ -273,7 +271,6 @@ impl ConsumerContext for GroupContext {
             match read_floors(consumer, &self.shared.topic, &got, self.shared.timeout) {
                 Ok(floors) => {
                     let mut st = self.shared.lock();
-                    st.reassigned = true;
                     for (p, floor) in floors {
                         let part = Part {
                             floor,

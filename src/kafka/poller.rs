@@ -3,8 +3,8 @@
 //!   is busy, or waits for an ack whose commit waits for that very rebalance;
 //! - a seek back (a nack) is made between two polls, so every record polled after it is
 //!   of the new position, and the records buffered before it are dropped;
-//! - records wait in the member's buffer (`State::buffer`); past `BUFFER_RECORDS` the
-//!   assigned partitions are paused, and resumed once it drained to a quarter.
+//! - records wait in the member's buffer (`State::buffer`); at `BUFFER_RECORDS` the
+//!   thread stops reading until the consumers take some.
 
 use std::time::Duration;
 
@@ -17,10 +17,8 @@ use super::consumer::record_of;
 use super::group::{GroupContext, Shared};
 use super::to_i64;
 
-/// Records read ahead of the consumers, at most (then the partitions are paused, and
-/// resumed at a quarter of it). A resume makes librdkafka fetch again: about 0.2 s on
-/// the mock cluster. Measured at 1,000 (resumed at half), 5,000 records took 2 s to
-/// consume instead of 13 ms: so the bound is large, and the hysteresis wide.
+/// Records read ahead of the consumers, at most; librdkafka's own prefetch bounds what
+/// waits behind them (`queued.max.messages.kbytes`).
 pub(super) const BUFFER_RECORDS: usize = 10_000;
 
 /// How long one poll waits: also how long a close waits for this thread.
@@ -28,9 +26,8 @@ const POLL: Duration = Duration::from_millis(50);
 
 /// Polls until the member closes.
 pub(super) fn run(shared: &Shared, consumer: &BaseConsumer<GroupContext>, topic: &str) {
-    let mut paused = false;
     loop {
-        let (seeks, want_paused) = {
+        let (seeks, full) = {
             let mut st = shared.lock();
             if st.closing {
                 drop(st);
@@ -42,18 +39,7 @@ pub(super) fn run(shared: &Shared, consumer: &BaseConsumer<GroupContext>, topic:
                 st.buffer
                     .retain(|(p, r)| *p != sk.partition || r.offset < sk.offset);
             }
-            if std::mem::take(&mut st.reassigned) {
-                paused = false;
-            }
-            let len = st.buffer.len();
-            (
-                seeks,
-                if paused {
-                    len > BUFFER_RECORDS / 2
-                } else {
-                    len >= BUFFER_RECORDS
-                },
-            )
+            (seeks, st.buffer.len() >= BUFFER_RECORDS)
         };
         for sk in seeks {
             let to = Offset::Offset(to_i64(sk.offset));
@@ -66,8 +52,13 @@ pub(super) fn run(shared: &Shared, consumer: &BaseConsumer<GroupContext>, topic:
                 }
             }
         }
-        if want_paused != paused && set_paused(consumer, want_paused) {
-            paused = want_paused;
+        if full {
+            // The consumers are behind: read no further until they take some. (Pausing
+            // the partitions instead lost records across a resume in a bench run, and a
+            // resume cost a refetch.) Rebalances wait meanwhile, as in Kafka's own
+            // clients between two polls.
+            std::thread::sleep(POLL);
+            continue;
         }
         match consumer.poll(POLL) {
             None => {}
@@ -99,17 +90,4 @@ fn leave(shared: &Shared, consumer: &BaseConsumer<GroupContext>, topic: &str) {
     while !consumer.closed() && std::time::Instant::now() < deadline {
         consumer.poll(POLL);
     }
-}
-
-/// Pauses or resumes every assigned partition; returns whether it did.
-fn set_paused(consumer: &BaseConsumer<GroupContext>, pause: bool) -> bool {
-    let Ok(assigned) = consumer.assignment() else {
-        return false;
-    };
-    let r = if pause {
-        consumer.pause(&assigned)
-    } else {
-        consumer.resume(&assigned)
-    };
-    r.is_ok()
 }

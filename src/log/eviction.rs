@@ -108,10 +108,11 @@ mod tests {
 
     /// However many logs share a file system, the files they keep open stay within its
     /// bound: idle logs close their active segment and index, and appends and reads open
-    /// them again. A file is closed only once a sync covered its writes: under
-    /// `Sync=None`'s and `Interval`'s layouts the sweep syncs it first (a power cut then
-    /// keeps every record of a log whose files were closed), under `Always`'s it waits
-    /// for the sync of the records, which follows each append here.
+    /// them again. Under `Sync=None`'s and `Interval`'s layouts a file closes with writes
+    /// no sync covered (the sweep does not sync), and the syncs the promises need still
+    /// come: a power cut keeps every sealed segment, and after a sync of each log (what
+    /// close and the interval thread do) every record. Under `Always`'s a file closes only
+    /// once the sync of its records, which follows each append here, covered them.
     #[test]
     fn many_logs_stay_within_the_bound_on_open_files() {
         use crate::io::sim::SimFs;
@@ -153,19 +154,83 @@ mod tests {
                 assert_eq!(n, 9, "{name}: read across closes");
                 assert!(fs.open_files().open() <= bound, "{name}");
             }
-            let closed: Vec<usize> = (0..logs.len())
-                .filter(|&i| logs[i].active().holds_files() == 0)
-                .collect();
-            assert!(closed.len() >= logs.len() - MAX, "{name}: {closed:?}");
-            let cut = sim.crash_now();
-            drop(logs);
-            for i in closed {
+            let closed = logs.iter().filter(|l| l.active().holds_files() == 0);
+            assert!(closed.clone().count() >= logs.len() - MAX, "{name}");
+            let unsynced = closed
+                .filter(|l| !l.active().is_synced_to(l.active().written().bytes))
+                .count();
+            if cfg.visible_when_synced {
+                assert_eq!(unsynced, 0, "{name}: closed only once synced");
+            } else {
+                assert!(unsynced > 0, "{name}: closed with unsynced writes");
+            }
+            let reopen = |cut: &SimFs, i: usize| {
                 let log = TopicLog::open(&Fs::new(Arc::new(cut.clone())), &dir(i), cfg, 0)
                     .expect("reopen after a power cut");
-                assert_eq!(log.next(), 9, "{name}: log {i} was closed, so synced");
                 assert_dense(&log, 0);
+                log.next()
+            };
+            // Cut now: every sealed segment is there (under `Always` every record).
+            let cut = sim.crash_now();
+            for (i, log) in logs.iter().enumerate() {
+                let least = if cfg.visible_when_synced {
+                    9
+                } else {
+                    log.active().base
+                };
+                assert!(reopen(&cut, i) >= least, "{name}: log {i}");
+            }
+            // Each log synced (the closed files opened again for it): every record.
+            for log in &mut logs {
+                log.sync().expect("sync");
+            }
+            let cut = sim.crash_now();
+            drop(logs);
+            for i in 0..20 {
+                assert_eq!(reopen(&cut, i), 9, "{name}: log {i} synced");
             }
         }
+    }
+
+    /// A sync that must open a closed file again and cannot (out of descriptors) fails as
+    /// a failed sync does: its caller gets the error, and the topic stops (`Poisoned`).
+    /// No page was dropped, so the stopped topic's next sync (close's) still makes the
+    /// records durable once the file opens again.
+    #[test]
+    fn a_sync_that_cannot_open_a_closed_file_again_stops_the_topic() {
+        use crate::io::sim::SimFs;
+        let sim = SimFs::new(3);
+        sim.limit_open_files(2);
+        let fs = Fs::new(Arc::new(sim.clone()));
+        let cfg = LogConfig {
+            seal_in_background: false,
+            ..sim_cfg()
+        };
+        let mut a = TopicLog::open(&fs, Path::new("/t/a"), cfg, 0).expect("open a");
+        append(&mut a, 1);
+        let mut b = TopicLog::open(&fs, Path::new("/t/b"), cfg, 0).expect("open b");
+        append(&mut b, 1);
+        let active = a.active().clone();
+        assert_eq!(active.holds_files(), 0, "b's files closed a's");
+        assert!(!active.is_synced_to(active.written().bytes), "unsynced");
+        sim.fail_opens_of(Some(&active.path));
+        let failed = a.sync();
+        assert!(
+            matches!(&failed, Err(e) if !matches!(e, Error::Poisoned { .. })),
+            "the open's error: {failed:?}"
+        );
+        assert!(active.poisoned().is_some(), "the topic stopped");
+        sim.fail_opens_of(None);
+        let stopped = active.sync(); // as `close` does, also in a stopped topic
+        assert!(
+            matches!(stopped, Err(Error::Poisoned { .. })),
+            "{stopped:?}"
+        );
+        b.sync().expect("b goes on");
+        let cut = sim.crash_now();
+        let a = TopicLog::open(&Fs::new(Arc::new(cut)), Path::new("/t/a"), cfg, 0)
+            .expect("reopen after a power cut");
+        assert_eq!(a.next(), 1, "synced by the stopped topic's sync");
     }
 
     /// A writer appending, a reader tailing the active segment and a sync thread go on

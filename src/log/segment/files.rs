@@ -3,14 +3,16 @@
 //! log keeps too many sealed ones open or the instance is over its bound.
 //!
 //! **Invariant:** a file is closed only while nobody uses it (the slot's write lock,
-//! taken without waiting) and only once every write through it is covered by a sync that
-//! succeeded (`writes` against `synced_writes`). Linux reports a writeback error to the
-//! descriptors open when it happens, and a file nobody holds open may leave the inode
-//! cache with the error (PostgreSQL's "fsyncgate"): a sync through a descriptor opened
-//! later could then succeed over pages that never reached the disk. So a file with
-//! unsynced writes keeps its descriptor until a sync covers them: under `Sync=Always`
-//! the sync thread's next sync, under `Interval` and `None` a sync the closing sweep
-//! runs itself (`release`), whose failure poisons the topic as any failed sync does.
+//! taken without waiting). Under `Sync=Always` it is closed only once every write through
+//! it is covered by a sync that succeeded (`writes` against `synced_writes`): the sync
+//! thread's next sync makes it so. Under `Interval` and `None` the bound's sweep closes
+//! it with unsynced writes, without syncing (a sync per eviction made each publish over
+//! more topics than the bound cost an `fdatasync`). Closing a descriptor loses nothing
+//! of the page cache, and the writes stay counted as unsynced: the next sync a promise
+//! needs (the roll's sealing, the interval thread, close) opens the file again and syncs
+//! it (`sync_file`). Linux reports a writeback error nobody has seen yet to the first
+//! `fsync` through any descriptor, one opened later too (since 4.16); only an inode the
+//! kernel evicted in between takes it along ("fsyncgate", a known limit).
 
 use super::*;
 use crate::io::Token;
@@ -115,14 +117,20 @@ impl Segment {
         })
     }
 
-    /// Syncs the file. A closed one has nothing to sync: a file closes only once a sync
-    /// covered every write through it, and a write opens it first. So a sync never needs
-    /// a descriptor it may not get (out of them, it would poison the topic for nothing).
-    pub(super) fn sync_file(&self) -> Result<()> {
-        if read_lock(&self.file).is_none() {
+    /// Syncs the file, opening it again if the bound on open files closed it with writes
+    /// no sync covered (`release`); a closed clean file has nothing to sync. Fails with
+    /// `(e, true)` if the sync failed (its pages may be lost), `(e, false)` if the file
+    /// could not be opened again for it (nothing lost: its pages are still cached).
+    pub(super) fn sync_file(&self) -> std::result::Result<(), (Error, bool)> {
+        if read_lock(&self.file).is_none() && !self.dirty() {
             return Ok(());
         }
-        self.with_file(|f| f.sync_data())
+        let mut ran = false;
+        self.with_file(|f| {
+            ran = true;
+            f.sync_data()
+        })
+        .map_err(|e| (e, ran))
     }
 
     /// Cuts or extends the segment's file to `len` (not synced).
@@ -188,15 +196,16 @@ impl Segment {
     /// in use right now was used recently.
     pub(crate) fn close_file(&self) {
         if self.is_sealed() {
-            self.close_if_clean();
+            self.close_unused(false);
         }
     }
 
-    /// Closes the file if nobody uses it and every write through it was synced; and
-    /// drops what the last read had read ahead (memory stays bounded like descriptors).
-    fn close_if_clean(&self) {
+    /// Closes the file if nobody uses it, and unless `dirty_too` is unset and a write
+    /// through it is not synced yet; and drops what the last read had read ahead (memory
+    /// stays bounded like descriptors).
+    fn close_unused(&self, dirty_too: bool) {
         if let Ok(mut slot) = self.file.try_write()
-            && !self.dirty()
+            && (dirty_too || !self.dirty())
         {
             *slot = None;
             if let Ok(mut r) = self.resume.try_lock() {
@@ -228,24 +237,12 @@ impl Holder for Segment {
         }
     }
 
-    /// Syncs first where no sync is due soon otherwise: under `Interval` and `None` (no
-    /// deferred visibility). Under `Always` a dirty file is the sync thread's, which
-    /// makes it clean within one sync; it stays open meanwhile. A sync running already
-    /// (its lock taken) is not waited for, nor is one of a poisoned topic retried.
+    /// Closes what nobody uses. Under `Interval` and `None` with unsynced writes too: the
+    /// sync a promise needs opens the file again (`sync_file`). Under `Always` (deferred
+    /// visibility) a dirty file is the sync thread's, which makes it clean within one
+    /// sync; it stays open meanwhile.
     fn release(&self) {
-        if self.dirty()
-            && self.staged.get().is_none()
-            && self.check_poison().is_ok()
-            && let Ok(one) = self.sync_lock.try_lock()
-        {
-            let end = self.written().bytes;
-            if let Err(e) = self.sync_holding(one, end) {
-                // The topic is poisoned now; say so where an operator looks.
-                tracing::error!(segment = %self.path.display(), error = %e,
-                    "syncing an idle segment before closing it failed");
-            }
-        }
-        self.close_if_clean();
+        self.close_unused(self.staged.get().is_none());
         if let Ok(mut index) = self.index_file.try_write() {
             *index = None;
         }

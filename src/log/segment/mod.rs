@@ -92,8 +92,9 @@ pub struct Segment {
     /// when the log has more open than `OPEN_SEALED_MAX` (least recently used first,
     /// `close_file`): a log of thousands of segments must not hold a descriptor for each
     /// (the default limit is often 1,024). Any segment's, the active one's too, is closed
-    /// when the instance's files are over their bound and it is idle and clean (the
-    /// `Holder` impl, `files.rs`): thousands of topics must not hold one each either.
+    /// when the instance's files are over their bound and it is idle (the `Holder` impl,
+    /// `files.rs`; under `Always` only once clean): thousands of topics must not hold one
+    /// each either.
     file: RwLock<Option<Held>>,
     /// The active segment's index file, appended by the writer (`write_index`); closed
     /// like `file`, and for good at the seal (a sealed index is read whole, then closed).
@@ -103,8 +104,8 @@ pub struct Segment {
     /// Set by every use of a file, cleared by the sweep of `OpenFiles` (its CLOCK mark).
     used: AtomicBool,
     /// Writes (and truncations) through `file`, counted after each returns, and how many
-    /// of them the last successful sync began after: a file with writes no sync covered
-    /// is never closed (its writeback error would go with the descriptor, see `files.rs`).
+    /// of them the last successful sync began after: a file closed with writes no sync
+    /// covered is opened again by the next sync (`sync_file`, see `files.rs`).
     writes: AtomicU64,
     synced_writes: AtomicU64,
     /// Itself, for `OpenFiles` to ask it to close its files (set by `shared`).
@@ -321,9 +322,15 @@ impl Segment {
         });
         let end = staged.as_ref().map_or(end, |(w, _, _)| w.bytes.max(end));
         let writes = self.writes_before_sync();
-        self.sync_file().inspect_err(|e| {
-            self.sync_failed.store(true, Ordering::Release);
+        // Either failure stops the topic (what was to be durable is not), but only a
+        // failed sync may have dropped pages: a stopped topic's close still syncs a file
+        // that could not be opened again for its sync (`sync_written`).
+        self.sync_file().map_err(|(e, ran)| {
+            if ran {
+                self.sync_failed.store(true, Ordering::Release);
+            }
             let _ = self.poison.set(format!("sync failed: {e}"));
+            e
         })?;
         // Another file of the topic failed meanwhile: vouch for nothing more (a false
         // failure is safe, a false success is not).

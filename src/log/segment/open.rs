@@ -46,7 +46,7 @@ impl Segment {
             0,
         )?;
         let seg = Segment::fresh(fs, dir, file, base, max_body, poison)?;
-        // Its header's sync is the sealing's: the file stays open until then.
+        // Its header's sync is the sealing's (which opens the file again if it closed).
         seg.note_unsynced_write();
         Ok(seg)
     }
@@ -331,7 +331,7 @@ impl Segment {
         poison: Poison,
     ) -> Segment {
         // What recovery found in an unsealed segment may not be durable yet (an unsynced
-        // tail): its file stays open until a sync covers it.
+        // tail): one unsynced write, so that a sync opens the file again if it closed.
         let unsynced = !sealed && s.bytes > SEGMENT_HEADER_LEN as u64;
         Segment {
             base,
