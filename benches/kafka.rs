@@ -40,15 +40,33 @@ fn main() {
         for t in [format!("s{round}"), format!("k{round}")] {
             mock.create_topic(&t, 1, 1).expect("topic");
         }
-        let (p, c) = rt.block_on(spool_side(&servers, &format!("s{round}"), count));
-        sp.push(p);
-        sc.push(c);
-        let (p, c) = rt.block_on(rdkafka_side(&servers, &format!("k{round}"), count));
-        kp.push(p);
-        kc.push(c);
+        // Which side goes first alternates by round: the second producer on a mock
+        // cluster was seen to run far slower, whichever it was.
+        let spool_first = round % 2 == 0 || std::env::var_os("SPOOL_BENCH_SPOOL_FIRST").is_some();
+        let order: [bool; 2] = if spool_first {
+            [true, false]
+        } else {
+            [false, true]
+        };
+        for is_spool in order {
+            if is_spool {
+                let (p, c) = rt.block_on(spool_side(&servers, &format!("s{round}"), count));
+                sp.push(p);
+                sc.push(c);
+            } else {
+                let (p, c) = rt.block_on(rdkafka_side(&servers, &format!("k{round}"), count));
+                kp.push(p);
+                kc.push(c);
+            }
+        }
         drop(mock);
     }
     println!("Mode=Kafka on the mock cluster, {count} x {PAYLOAD} B, median of {runs}");
+    if std::env::var_os("SPOOL_BENCH_DEBUG").is_some() {
+        println!(
+            "rounds: spool produce {sp:.0?} consume {sc:.0?}; rdkafka produce {kp:.0?} consume {kc:.0?}"
+        );
+    }
     report("produce (batches of 1,000)", &mut sp, &mut kp);
     report("consume (commit every 100)", &mut sc, &mut kc);
 }
@@ -139,16 +157,14 @@ async fn rdkafka_side(servers: &str, topic: &str, count: usize) -> (f64, f64) {
     let mut done = 0;
     while done < count {
         let n = BATCH.min(count - done);
-        let sends: Vec<_> = (0..n)
-            .map(|_| {
-                producer.send(
-                    FutureRecord::<(), _>::to(topic).payload(&payload),
-                    Duration::from_secs(10),
-                )
-            })
-            .collect();
-        for s in sends {
-            s.await.expect("delivered");
+        // Polled together (an async fn's body runs only when polled): all enqueued,
+        // then their deliveries awaited, as spool's batch does.
+        let sends = (0..n).map(|_| {
+            let record = FutureRecord::<(), _>::to(topic).payload(&payload);
+            producer.send(record, Duration::from_secs(10))
+        });
+        for r in futures_util::future::join_all(sends).await {
+            r.expect("delivered");
         }
         done += n;
     }
