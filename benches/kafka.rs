@@ -116,7 +116,13 @@ async fn spool_side(servers: &str, topic: &str, count: usize) -> (f64, f64) {
     let (mut in_recv, mut in_ack) = (Duration::ZERO, Duration::ZERO);
     while got < count {
         let t = Instant::now();
-        let batch = c.recv_batch(COMMIT_EVERY).await.expect("recv");
+        let Ok(batch) =
+            tokio::time::timeout(Duration::from_secs(30), c.recv_batch(COMMIT_EVERY)).await
+        else {
+            let gi = mq.group_info(topic, "bench").expect("group_info");
+            panic!("stalled after {got} records: {gi:?}");
+        };
+        let batch = batch.expect("recv");
         if start.is_some() {
             in_recv += t.elapsed();
         }
