@@ -84,7 +84,7 @@ impl Spool {
                 let (k, topic, headers) = (k.clone(), topic.to_owned(), headers.clone());
                 let payload = payload.into();
                 let f: KafkaPublish =
-                    Box::pin(async move { k.publish(&topic, payload, &headers).await });
+                    Box::pin(async move { k.publish(&topic, payload, headers).await });
                 Either::Right(f)
             }
         }

@@ -140,11 +140,17 @@ impl Shared {
             .seeks
             .iter()
             .any(|s| s.partition == p && s.offset <= rec.offset);
-        if st.parts.contains_key(&p) && !sought {
-            st.buffer.push_back((p, rec));
+        if !st.parts.contains_key(&p) || sought {
+            return;
         }
+        // Only a first record wakes a `recv`: one that waits while records are buffered
+        // waits for room, which an ack or nack signals.
+        let was_empty = st.buffer.is_empty();
+        st.buffer.push_back((p, rec));
         drop(st);
-        self.room.notify_waiters();
+        if was_empty {
+            self.room.notify_waiters();
+        }
     }
 
     /// `Kafka Timeout Ms`.

@@ -74,11 +74,10 @@ impl Kafka {
         &self,
         topic: &str,
         payload: Bytes,
-        headers: &Headers,
+        headers: Headers,
     ) -> Result<u64> {
-        let mut offsets = self
-            .publish_batch(topic, vec![(payload, headers.clone())])
-            .await?;
+        // Owned: `Spool::publish` already made the copy its boxed future needs.
+        let mut offsets = self.publish_batch(topic, vec![(payload, headers)]).await?;
         Ok(offsets.pop().expect("one message, one offset"))
     }
 
