@@ -52,6 +52,7 @@ mod format;
 #[doc(hidden)]
 pub mod fuzzing;
 mod io;
+mod journal;
 #[cfg(feature = "kafka")]
 mod kafka;
 mod log;

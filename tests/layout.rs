@@ -28,11 +28,13 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("io", &["error", "fault"]),
     ("options", &["error", "names"]),
     ("log", &["error", "fault", "format", "io", "parked"]),
+    ("journal", &["error", "format", "io", "log", "names"]),
     ("catalog", &["error", "io", "parked"]),
     (
         "queue",
         &[
-            "catalog", "error", "fault", "format", "io", "log", "names", "options", "parked",
+            "catalog", "error", "fault", "format", "io", "journal", "log", "names", "options",
+            "parked",
         ],
     ),
     (
@@ -42,7 +44,8 @@ const LAYERS: &[(&str, &[&str])] = &[
     (
         "runtime",
         &[
-            "admin", "error", "fault", "format", "io", "log", "options", "parked", "queue",
+            "admin", "error", "fault", "format", "io", "journal", "log", "options", "parked",
+            "queue",
         ],
     ),
     ("kafka", &["error", "format", "names", "options", "queue"]),

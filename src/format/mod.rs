@@ -4,7 +4,9 @@
 //! Files, by role:
 //! - `record.rs`: the record frame (length, crc, offset, timestamp, headers, payload).
 //! - `segment.rs`: the segment header, index entries and the sealed index's footer.
+//! - `journal.rs`: the shared journal's header and entries (`Sync=Always`).
 
+pub mod journal;
 pub mod record;
 pub mod segment;
 

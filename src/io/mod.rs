@@ -110,6 +110,11 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     fn open_files_max(&self) -> Option<usize> {
         None
     }
+    /// A size of its own for the shared journal (tests: a small one, so that checkpoints
+    /// happen), instead of the journal's default.
+    fn journal_bytes(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// What `Backend::file_stat` tells of a file.
@@ -150,6 +155,11 @@ impl Fs {
     }
 
     /// The bound on the descriptors files kept open hold (segments register there).
+    /// The backend's own size for the shared journal, if it has one.
+    pub fn journal_bytes(&self) -> Option<u64> {
+        self.backend.journal_bytes()
+    }
+
     pub fn open_files(&self) -> &Arc<OpenFiles> {
         &self.files
     }

@@ -753,6 +753,11 @@ impl Backend for SimFs {
         Ok(())
     }
 
+    /// Small: a test's few records fill it, so its checkpoints run in every test.
+    fn journal_bytes(&self) -> Option<u64> {
+        Some(16 << 10)
+    }
+
     fn open_files_max(&self) -> Option<usize> {
         match self
             .open_files_max

@@ -15,6 +15,7 @@ use super::unclean::{charge_unclean_stop, queue_charged_to_limit, restore_delays
 use crate::catalog::{Catalog, Op, TopicRecord};
 use crate::error::{Error, Result};
 use crate::io::{DirLock, Fs};
+use crate::journal::Journal;
 use crate::names;
 use crate::options::Options;
 
@@ -46,6 +47,8 @@ pub struct Engine {
     /// Some group turned dirty since the ticker last looked (`Group::dirty_signal`, shared
     /// by every group): the commit tick walks the groups only then.
     pub(super) groups_dirty: Arc<std::sync::atomic::AtomicBool>,
+    /// Under `Sync=Always`: the journal the sync thread shares across topics.
+    journal: Option<Arc<Journal>>,
     _lock: DirLock,
 }
 
@@ -79,6 +82,11 @@ impl Engine {
         fs.create_dir_all(&dir)?;
         let dir_lock = DirLock::acquire(&fs, &dir)?;
         fs.create_dir_all(&dir.join("topics"))?;
+        // Before any log opens: what a crash left durable only in the journal goes back
+        // into its segments, whatever the sync policy is now.
+        let generation = crate::journal::replay(&fs, &dir)?;
+        let journal = matches!(opts.sync, crate::options::SyncPolicy::Always)
+            .then(|| Arc::new(Journal::new(&fs, &dir, generation)));
         let catalog = Catalog::open(&fs, &dir.join("catalog.redb"))?;
         let clean = catalog.was_clean()?;
         let engine = Engine {
@@ -89,6 +97,7 @@ impl Engine {
             on_visible: Arc::new(std::sync::OnceLock::new()),
             deletions: RwLock::new(()),
             groups_dirty: Arc::default(),
+            journal,
             _lock: dir_lock,
         };
         // Each table read once, not once per topic (thousands of topics open at once).
@@ -222,8 +231,17 @@ impl Engine {
     }
 
     /// Flushes everything and records a clean stop.
+    /// The journal the sync thread shares across topics (`Sync=Always` only).
+    pub fn journal(&self) -> Option<Arc<Journal>> {
+        self.journal.clone()
+    }
+
     pub fn close(&self) -> Result<()> {
         let synced = self.sync_all();
+        // Before the directory is released: the next owner replays and reuses the file.
+        if let Some(j) = &self.journal {
+            j.close(synced.is_ok());
+        }
         // Also after a topic failed to sync: the clean stop is the groups' (their
         // deliveries out are released, not charged as a crash's), and a log that lost
         // records cuts its groups back at open whatever the flag says. One stopped topic

@@ -122,10 +122,11 @@ impl Embedded {
             move |topic: &str| notify.wake(topic)
         };
         engine.set_on_visible(wake);
+        let journal = engine.journal();
         let inner = Arc::new(Inner {
             engine: Arc::new(RwLock::new(Some(engine))),
             notify,
-            syncer: Syncer::start()?,
+            syncer: Syncer::start(journal)?,
             ticker: Ticker::default(),
             sync,
             admin: Mutex::new(None),

@@ -3,8 +3,9 @@
 //! Publishers write under the topic lock, release it, then park their waker here (one
 //! list, `crate::parked`; no channel or allocation per publish) until the segment is
 //! durable up to their end, and raise a flag that unparks the thread if it was down. The
-//! thread lowers the flag, syncs each segment a parked waiter waits on once (skipping
-//! those a previous sync already covered) and wakes every waiter its sync covered. While
+//! thread lowers the flag, makes each segment a parked waiter waits on durable once
+//! (skipping those a previous sync already covered; several segments through one sync of
+//! the shared journal, `crate::journal`) and wakes every waiter its round covered. While
 //! it syncs, new waiters park and share the next sync: N concurrent publishers cost far
 //! fewer than N fsyncs. Before its next round it waits a little for the publishers it
 //! woke (see `run`), so they share one sync instead of taking turns. No topic lock is
@@ -17,6 +18,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
+use crate::journal::Journal;
 use crate::log::segment::Segment;
 use crate::parked::Parked;
 use crate::queue::Topic;
@@ -80,13 +82,15 @@ pub(crate) struct Syncer {
 }
 
 impl Syncer {
-    pub fn start() -> Result<Syncer> {
+    /// Starts the thread; with `journal`, a round over several segments syncs once
+    /// through it (`journal/`).
+    pub fn start(journal: Option<Arc<Journal>>) -> Result<Syncer> {
         let waiters = Arc::new(Waiters::default());
         let join = {
             let waiters = waiters.clone();
             std::thread::Builder::new()
                 .name("spool-sync".into())
-                .spawn(move || run(&waiters))
+                .spawn(move || run(&waiters, journal.as_deref()))
                 .map_err(|e| Error::io("starting the sync thread", e))?
         };
         Ok(Syncer {
@@ -160,7 +164,7 @@ impl Syncer {
     }
 }
 
-fn run(waiters: &Waiters) {
+fn run(waiters: &Waiters, journal: Option<&Journal>) {
     // However the thread ends (a panic included), no publisher may wait for it forever.
     struct Stopped<'a>(&'a Waiters);
     impl Drop for Stopped<'_> {
@@ -200,9 +204,15 @@ fn run(waiters: &Waiters) {
         collect_segments(waiters, &mut held, &mut segments);
         let synced = Instant::now();
         let syncs = !segments.is_empty();
-        for seg in segments.drain(..) {
-            let _ = seg.sync();
+        match journal {
+            Some(j) => j.sync_round(&segments),
+            None => {
+                for seg in &segments {
+                    let _ = seg.sync();
+                }
+            }
         }
+        segments.clear();
         let took = synced.elapsed();
         // Count from before the wake-up: woken publishers can park again at once.
         // (A waiter parking between this reset and the wake-up is counted twice, which
@@ -302,7 +312,7 @@ mod tests {
             seal_in_background: false,
         };
         let log = TopicLog::open(&Fs::real(), dir.path(), cfg, 0).expect("open");
-        let syncer = Arc::new(Syncer::start().expect("start"));
+        let syncer = Arc::new(Syncer::start(None).expect("start"));
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_time()

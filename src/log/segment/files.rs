@@ -240,9 +240,10 @@ impl Holder for Segment {
     /// Closes what nobody uses. Under `Interval` and `None` with unsynced writes too: the
     /// sync a promise needs opens the file again (`sync_file`). Under `Always` (deferred
     /// visibility) a dirty file is the sync thread's, which makes it clean within one
-    /// sync; it stays open meanwhile.
+    /// sync; it stays open meanwhile, unless the journal made its writes durable (its
+    /// checkpoint opens it again to sync it).
     fn release(&self) {
-        self.close_unused(self.staged.get().is_none());
+        self.close_unused(self.staged.get().is_none() || self.journal_covers_writes());
         if let Ok(mut index) = self.index_file.try_write() {
             *index = None;
         }

@@ -8,6 +8,8 @@
 //! - `open.rs`: making and opening segment files, the header check, the spare file.
 //! - `files.rs`: its open files under the bound on open files: opened on demand, closed
 //!   when idle and synced.
+//! - `journaled.rs`: records made durable through the shared journal instead of a sync
+//!   of the file (`Sync=Always`, several topics at once).
 //! - `index.rs`: the sparse index: loading, checking, rebuilding, sealed writes.
 //! - `read.rs`: reads, time lookups, the whole-segment check before sealing.
 //! - `scan.rs`: scanning records from a known boundary.
@@ -17,6 +19,7 @@
 mod files;
 mod footer;
 mod index;
+mod journaled;
 mod open;
 mod read;
 mod scan;
@@ -27,6 +30,7 @@ use footer::Unchecked;
 use footer::{footer_agrees, footer_for, read_footer};
 pub(crate) use index::{FromIndex, write_sealed_index};
 use index::{entry_points_at_record, load_index_entries, starts_segment};
+pub(crate) use journaled::Journaling;
 use open::check_header;
 pub(crate) use open::{RECYCLED_SUFFIX, header_flags, make_spare};
 use read::read_chunk;
@@ -143,8 +147,16 @@ pub struct Segment {
     counts_unverified: AtomicBool,
     /// Its summary is a damaged segment's footer kept for want of better: never cached.
     doubtful: AtomicBool,
-    /// Bytes known durable (everything below was covered by a completed sync).
+    /// Bytes known durable in the file itself (everything below was covered by a
+    /// completed sync of it). Rolls, seals and close rely on it: only a sync of the file
+    /// moves it.
     synced: AtomicU64,
+    /// Bytes known durable through the shared journal (`journaled.rs`): publishers may
+    /// return, readers may see them; the file is synced later (the journal's checkpoint).
+    journaled: AtomicU64,
+    /// The crc its header holds, read once for the journal (names this file in its
+    /// entries: `format::journal`).
+    header_crc: OnceLock<u32>,
     /// Under `Sync=Always` (`defer_visibility`): what the writer wrote that no sync has
     /// covered yet. Readers see a record only once it is durable: one a consumer saw and
     /// a power cut then lost would give its offset to another record.
@@ -194,6 +206,22 @@ impl std::fmt::Debug for Visibility {
         f.debug_struct("Visibility")
             .field("bounds", &self.bounds)
             .finish_non_exhaustive()
+    }
+}
+
+/// A stage taken out to be made durable: what was written, its index entries, and how to
+/// show them.
+type TakenStage = (SegmentSummary, Vec<IndexEntry>, Arc<Visibility>);
+
+/// Whom to wake once records were shown (after the sync lock is released: a wake-up may
+/// run a consumer's read of this segment).
+struct Shown(Option<Arc<Visibility>>);
+
+impl Shown {
+    fn wake(self) {
+        if let Some(f) = self.0.as_ref().and_then(|v| v.on_visible.get()) {
+            f();
+        }
     }
 }
 
@@ -312,14 +340,31 @@ impl Segment {
     fn sync_holding(&self, one: std::sync::MutexGuard<'_, ()>, end: u64) -> Result<()> {
         self.check_poison()?;
         // Taken before the sync: all of it was written before, so the sync covers it.
-        let staged = self.staged.get().map(|s| {
+        let staged = self.take_staged();
+        self.sync_taken(one, end, staged)
+    }
+
+    /// What the writer wrote that readers do not see yet, taken out (its index entries
+    /// go to whoever makes it durable).
+    fn take_staged(&self) -> Option<TakenStage> {
+        self.staged.get().map(|s| {
             let mut s = lock_staged(s);
             (
                 s.written,
                 std::mem::take(&mut s.entries),
                 s.visibility.clone(),
             )
-        });
+        })
+    }
+
+    /// `sync_holding` once `staged` is taken: syncs the file, then shows readers what it
+    /// covered.
+    fn sync_taken(
+        &self,
+        one: std::sync::MutexGuard<'_, ()>,
+        end: u64,
+        staged: Option<TakenStage>,
+    ) -> Result<()> {
         let end = staged.as_ref().map_or(end, |(w, _, _)| w.bytes.max(end));
         let writes = self.writes_before_sync();
         // Either failure stops the topic (what was to be durable is not), but only a
@@ -337,21 +382,25 @@ impl Segment {
         self.check_poison()?;
         // Visible before `synced` says durable: a publisher that sees its sync done and
         // returns finds its records readable (its consumers' wake-up finds them).
-        let shown = match staged {
-            Some((w, entries, visibility)) if w.next > self.next() => {
-                self.publish_progress(w, &entries);
-                visibility.bounds[1].fetch_max(w.next, Ordering::AcqRel);
-                Some(visibility)
-            }
-            _ => None,
-        };
+        let shown = self.show(staged);
         self.synced.fetch_max(end, Ordering::AcqRel);
         self.synced_writes(writes);
         drop(one);
-        if let Some(f) = shown.as_ref().and_then(|v| v.on_visible.get()) {
-            f();
-        }
+        shown.wake();
         Ok(())
+    }
+
+    /// Shows readers the taken stage's records (now durable); returns whom to wake once
+    /// the sync lock is released.
+    fn show(&self, staged: Option<TakenStage>) -> Shown {
+        match staged {
+            Some((w, entries, visibility)) if w.next > self.next() => {
+                self.publish_progress(w, &entries);
+                visibility.bounds[1].fetch_max(w.next, Ordering::AcqRel);
+                Shown(Some(visibility))
+            }
+            _ => Shown(None),
+        }
     }
 
     /// Why writes to this segment's topic stopped, if a write or sync failed.
@@ -364,9 +413,10 @@ impl Segment {
         check_poison(&self.poison)
     }
 
-    /// Whether the bytes below `end` are already durable.
+    /// Whether the bytes below `end` are already durable (by a sync of the file or
+    /// through the journal).
     pub fn is_synced_to(&self, end: u64) -> bool {
-        self.synced.load(Ordering::Acquire) >= end
+        self.synced.load(Ordering::Acquire) >= end || self.journaled.load(Ordering::Acquire) >= end
     }
 
     /// Called by the writer after appending `entries` and the bytes up to `end`. Under

@@ -367,6 +367,8 @@ impl Segment {
             } else {
                 SEGMENT_HEADER_LEN as u64
             }),
+            journaled: AtomicU64::new(0),
+            header_crc: OnceLock::new(),
             staged: OnceLock::new(),
             sync_lock: Mutex::new(()),
             max_body,

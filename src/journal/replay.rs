@@ -1,0 +1,241 @@
+//! Copying the journal's entries back into their segment files at open, before any log
+//! is opened: records a crash left durable only in the journal are in their logs again
+//! when recovery scans them.
+//!
+//! Why copying an entry is safe:
+//! - Segments are append-only, and an entry holds whole records from a record boundary.
+//!   Into the file it was taken from, it writes the bytes that file held there.
+//! - A file of the same name made later (retention reused a base's name, a topic made
+//!   anew) has another header crc: its entries are skipped. So is a file that is gone.
+//! - Copying twice (a crash during replay) writes the same bytes again.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use super::JOURNAL_FILE;
+use crate::error::{Error, Result};
+use crate::format::journal::{self as fmt, Entry, JOURNAL_HEADER_LEN};
+use crate::format::segment::SEGMENT_HEADER_LEN;
+use crate::io::{DataFile, Fs};
+use crate::log::segment::segment_file_name;
+
+/// The largest journal file open reads (the journal is 64 MiB; a round may overrun it).
+const READ_MAX: u64 = 1 << 30;
+
+/// Copies the entries of `dir`'s journal into their segments, syncs them, and empties
+/// the journal. Returns the generation its header now holds (`None`: no journal).
+pub(crate) fn replay(fs: &Fs, dir: &Path) -> Result<Option<u64>> {
+    let path = dir.join(JOURNAL_FILE);
+    if fs.is_dir(&path) != Some(false) {
+        return Ok(None);
+    }
+    let file = fs.open(&path)?;
+    let bytes = read_whole(&file)?;
+    let Some(generation) = fmt::decode_header(&bytes) else {
+        // The header is written only to empty the journal, after every file it covered
+        // was synced: one torn there holds nothing needed. Made anew by the next round.
+        tracing::warn!(path = %path.display(), "the journal's header is not whole: removing it");
+        fs.remove_file(&path)?;
+        fs.sync_dir(dir)?;
+        return Ok(None);
+    };
+    // Each file opened once, with its header's crc.
+    let mut touched: HashMap<PathBuf, (DataFile, u32)> = HashMap::new();
+    let mut at = JOURNAL_HEADER_LEN;
+    let mut copied = 0usize;
+    while let Some((entry, n)) = fmt::decode_entry(&bytes[at..], generation) {
+        at += n;
+        copied += usize::from(copy_back(fs, dir, &entry, &mut touched)?);
+    }
+    for (f, _) in touched.values() {
+        f.sync_data()?;
+    }
+    let next = generation + 1;
+    file.write_all_at(&fmt::encode_header(next), 0)?;
+    file.sync_data()?;
+    if copied > 0 {
+        tracing::info!(
+            entries = copied,
+            files = touched.len(),
+            "copied the journal back into the topics"
+        );
+    }
+    Ok(Some(next))
+}
+
+/// Writes `entry`'s bytes into its segment file if that file is the one it was taken
+/// from; whether it did.
+fn copy_back(
+    fs: &Fs,
+    dir: &Path,
+    entry: &Entry<'_>,
+    touched: &mut HashMap<PathBuf, (DataFile, u32)>,
+) -> Result<bool> {
+    let t = entry.target;
+    // A damaged journal must not name a file outside the topics (the crc makes that
+    // unlikely; the name rule makes it impossible).
+    if crate::names::check(t.topic).is_err() {
+        tracing::warn!(topic = t.topic, "the journal names no topic: entry skipped");
+        return Ok(false);
+    }
+    let path = dir
+        .join("topics")
+        .join(t.topic)
+        .join(segment_file_name(t.base));
+    if !touched.contains_key(&path) {
+        if fs.is_dir(&path) != Some(false) {
+            return Ok(false);
+        }
+        let file = fs.open(&path)?;
+        let mut h = [0u8; SEGMENT_HEADER_LEN];
+        if file.read_at(&mut h, 0)? < SEGMENT_HEADER_LEN {
+            return Ok(false);
+        }
+        let crc = u32::from_le_bytes([h[28], h[29], h[30], h[31]]);
+        touched.insert(path.clone(), (file, crc));
+    }
+    let (file, crc) = &touched[&path];
+    if *crc != t.segment_header_crc {
+        return Ok(false);
+    }
+    file.write_all_at(entry.data, t.position)?;
+    Ok(true)
+}
+
+/// The journal file's bytes (bounded: a larger file is not one this code wrote).
+fn read_whole(file: &DataFile) -> Result<Vec<u8>> {
+    let len = file.len()?;
+    if len > READ_MAX {
+        return Err(Error::corrupt(
+            file.path(),
+            format!("a journal of {len} bytes (at most {READ_MAX})"),
+        ));
+    }
+    let mut buf = vec![0u8; len as usize];
+    let mut done = 0;
+    while done < buf.len() {
+        let n = file.read_at(&mut buf[done..], done as u64)?;
+        if n == 0 {
+            break;
+        }
+        done += n;
+    }
+    buf.truncate(done);
+    Ok(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::journal::Target;
+    use crate::format::segment::encode_header;
+
+    /// A segment file `topics/t/<base>.log` with a header of `created`; its header crc.
+    fn segment(fs: &Fs, dir: &Path, base: u64, created: u64) -> u32 {
+        let t = dir.join("topics").join("t");
+        fs.create_dir_all(&t).expect("mkdir");
+        let f = fs
+            .open_or_create(&t.join(segment_file_name(base)))
+            .expect("create");
+        let h = encode_header(base, created, 0);
+        f.write_all_at(&h, 0).expect("header");
+        u32::from_le_bytes([h[28], h[29], h[30], h[31]])
+    }
+
+    fn entry(out: &mut Vec<u8>, generation: u64, topic: &str, crc: u32, pos: u64, data: &[u8]) {
+        let target = Target {
+            topic,
+            base: 0,
+            segment_header_crc: crc,
+            position: pos,
+        };
+        fmt::append_entry::<()>(out, generation, target, data.len(), |d| {
+            d.copy_from_slice(data);
+            Ok(())
+        })
+        .expect("entry");
+    }
+
+    fn read(fs: &Fs, path: &Path, pos: u64, len: usize) -> Vec<u8> {
+        let mut b = vec![0u8; len];
+        let n = fs
+            .open(path)
+            .expect("open")
+            .read_at(&mut b, pos)
+            .expect("read");
+        b.truncate(n);
+        b
+    }
+
+    /// Entries go back into the file they came from, and only there: not into a later
+    /// file of the same name, a missing one, or a path a damaged name would point to.
+    /// Entries of an older generation are not copied; the journal is emptied after.
+    #[test]
+    fn entries_go_back_into_their_own_file_only() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let (fs, dir) = (Fs::real(), tmp.path());
+        let crc = segment(&fs, dir, 0, 7);
+        let other_life = crc ^ 1;
+        let mut j = fmt::encode_header(5).to_vec();
+        entry(&mut j, 5, "t", crc, 32, b"records");
+        entry(
+            &mut j,
+            5,
+            "t",
+            other_life,
+            100,
+            b"from a file of the same name before",
+        );
+        entry(
+            &mut j,
+            5,
+            "gone",
+            crc,
+            32,
+            b"into a topic that is not there",
+        );
+        entry(&mut j, 5, "../escape", crc, 32, b"outside the topics");
+        let older_at = j.len();
+        entry(&mut j, 4, "t", crc, 200, b"an older generation's");
+        entry(&mut j, 5, "t", crc, 300, b"after the journal's end");
+        fs.open_or_create(&dir.join(JOURNAL_FILE))
+            .expect("journal")
+            .write_all_at(&j, 0)
+            .expect("write");
+
+        assert_eq!(replay(&fs, dir).expect("replay"), Some(6));
+        let seg = dir.join("topics/t").join(segment_file_name(0));
+        assert_eq!(read(&fs, &seg, 32, 7), b"records");
+        assert_eq!(read(&fs, &seg, 100, 8), b"", "another life's entry skipped");
+        assert!(fs.is_dir(&dir.join("topics/gone")).is_none());
+        assert!(fs.is_dir(&dir.join("escape")).is_none());
+        assert!(older_at < j.len());
+        assert_eq!(
+            read(&fs, &seg, 200, 4),
+            b"",
+            "nothing past the first older entry"
+        );
+        // Emptied: a second replay copies nothing (the header's generation moved on).
+        fs.open(&seg).expect("open").set_len(32).expect("cut");
+        assert_eq!(replay(&fs, dir).expect("again"), Some(7));
+        assert_eq!(read(&fs, &seg, 32, 7), b"");
+    }
+
+    /// A journal whose header is not whole is removed: it is only written to empty the
+    /// journal, after every file it covered was synced.
+    #[test]
+    fn a_journal_with_a_torn_header_is_removed() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let (fs, dir) = (Fs::real(), tmp.path());
+        let path = dir.join(JOURNAL_FILE);
+        let mut h = fmt::encode_header(3);
+        h[20] ^= 1;
+        fs.open_or_create(&path)
+            .expect("journal")
+            .write_all_at(&h, 0)
+            .expect("write");
+        assert_eq!(replay(&fs, dir).expect("replay"), None);
+        assert!(fs.is_dir(&path).is_none());
+        assert_eq!(replay(&fs, dir).expect("no journal"), None);
+    }
+}
