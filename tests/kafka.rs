@@ -1,6 +1,7 @@
 //! `Mode=Kafka` against librdkafka's mock cluster (no broker install): publish, the ack
 //! floor with out-of-order acks, nack = seek back, attempts and acks above the floor kept
-//! across a restart, dead-lettering once across a crash between copy and commit.
+//! across a restart, dead-lettering once across a crash (a child process, the same test
+//! binary, aborts at a crash point of the dead-letter path).
 //!
 //! The mock's limits (issue 30): a first group join takes about 3 s and a new member
 //! after one left about 5 s (hence `session.timeout.ms=6000`); topics are created with
@@ -13,6 +14,7 @@ use std::time::Duration;
 use common_kafka::{Cluster, WAIT, publish_n, publish_n_from, recv};
 use spool::{Delivery, Error, Headers, Spool};
 
+mod common_child;
 mod common_kafka;
 
 #[test]
@@ -237,51 +239,130 @@ async fn the_attempt_limit_dead_letters_once_with_provenance() {
     assert_eq!(mq.group_info("pay", "g").expect("info").dead_lettered, 1);
 }
 
-/// A crash between the copy and the commit: the intent is committed, the copy is in the
-/// dead-letter topic, the record not yet finished. The next read finds the copy and makes
-/// no second one. Without the copy, it makes exactly one.
+// ---- a crash while dead-lettering: a child process aborts at a crash point ----------
+
+/// The variable that makes `child_nacks_to_the_limit` act: the connection string of the
+/// parent's mock cluster.
+const CHILD: &str = "SPOOL_KAFKA_CHILD";
+const CRASH_CONN: &str = "Max Delivery Attempts=2";
+
+/// Child role of `crash_while_dead_lettering`: nacks record 0 of `t` to the limit, so
+/// `SPOOL_CRASH_AT` aborts the process on the way. Does nothing in an ordinary run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dead_lettering_is_once_across_a_crash_between_copy_and_commit() {
-    let cluster = Cluster::new(&["a", "a.dlq", "b", "b.dlq"]);
-    let mq = cluster.open("Max Delivery Attempts=2");
-    publish_n(&mq, "a", 2).await;
-    publish_n(&mq, "b", 2).await;
-    // "a": the copy was made before the crash.
-    let mut h = Headers::new();
-    for (k, v) in [
-        ("x-original-topic", "a"),
-        ("x-original-partition", "0"),
-        ("x-original-offset", "0"),
-        ("x-consumer-group", "g"),
-    ] {
-        h.insert(k.into(), v.into());
-    }
-    mq.publish("a.dlq", b"m0".to_vec(), &h)
-        .await
-        .expect("the first copy");
-    let intent = "spool1|a:|f:0=2@0|d:0";
-    cluster.commit_as_other_client("a", "g", 0, intent);
-    cluster.commit_as_other_client("b", "g", 0, intent);
-    for topic in ["a", "b"] {
-        let mut c = mq
-            .consumer(topic, "g")
-            .manual_ack()
-            .build()
-            .expect("consumer");
+async fn child_nacks_to_the_limit() {
+    let Some(conn) = common_child::role(CHILD) else {
+        return;
+    };
+    let mq = Spool::open(&conn).expect("open Mode=Kafka");
+    let mut c = mq
+        .consumer("t", "g")
+        .manual_ack()
+        .build()
+        .expect("consumer");
+    for n in 1..=2 {
         let d = recv(&mut c).await;
-        assert_eq!(
-            d.offset(),
-            1,
-            "{topic}: 0 was dead-lettered before the crash"
-        );
-        d.ack().await.expect("ack");
-        let copies = mq
-            .fetch(&format!("{topic}.dlq"), 0, 10)
+        assert_eq!((d.offset(), d.attempt()), (0, n));
+        tokio::time::timeout(WAIT, d.nack(&format!("bad #{n}")))
             .await
-            .expect("fetch");
-        assert_eq!(copies.len(), 1, "{topic}: exactly one copy");
-        assert_eq!(mq.group_info(topic, "g").expect("info").cursor, 2);
+            .expect("the nack returns within the wait")
+            .expect("nack");
     }
+    panic!("the crash point was not reached");
+}
+
+/// A child process nacks record 0 to the limit and aborts at `point`; a new instance in
+/// the same group then finds exactly one copy, with the provenance headers (the
+/// reason is `reason`: a copy made after the crash cannot know the nack's), record 0
+/// finished (not delivered again), and the group going on.
+async fn crash_while_dead_lettering(point: &str, reason: &str) {
+    let cluster = Cluster::new(&["t", "t.dlq"]);
+    let mq = cluster.open(CRASH_CONN);
+    let mut h = Headers::new();
+    h.insert("message-key".into(), "k0".into());
+    h.insert("trace".into(), "abc".into());
+    assert_eq!(mq.publish("t", b"m0".to_vec(), &h).await.expect("m0"), 0);
+    publish_n_from(&mq, "t", 1, 2).await;
+    let published_ms = ms(mq.fetch("t", 0, 1).await.expect("fetch")[0].timestamp());
+    mq.close().await.expect("close");
+
+    let env = [
+        (CHILD, cluster.connection(CRASH_CONN)),
+        ("SPOOL_CRASH_AT", point.to_owned()),
+    ];
+    let status = tokio::task::spawn_blocking(move || {
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        common_child::run("child_nacks_to_the_limit", &env)
+    })
+    .await
+    .expect("the child ran");
+    common_child::assert_aborted(status);
+
+    // A new instance in the group (it waits out the dead member's session).
+    let mq = cluster.open(CRASH_CONN);
+    let mut c = mq
+        .consumer("t", "g")
+        .manual_ack()
+        .build()
+        .expect("consumer");
+    let d = recv(&mut c).await;
+    assert_eq!(
+        (d.offset(), d.attempt()),
+        (1, 1),
+        "0 was dead-lettered: finished, not delivered again"
+    );
+    d.ack().await.expect("ack 1");
+    let copies = mq
+        .fetch("t.dlq", 0, 10)
+        .await
+        .expect("fetch the dead-letter topic");
+    assert_eq!(copies.len(), 1, "exactly one copy");
+    assert_eq!(&copies[0].payload()[..], b"m0");
+    let ch = copies[0].headers();
+    let header = |k: &str| ch.get(k).map(String::as_str);
+    assert_eq!(header("x-original-topic"), Some("t"));
+    assert_eq!(header("x-original-partition"), Some("0"));
+    assert_eq!(header("x-original-offset"), Some("0"));
+    let published_ms = published_ms.to_string();
+    assert_eq!(header("x-original-timestamp"), Some(published_ms.as_str()));
+    assert_eq!(header("x-consumer-group"), Some("g"));
+    assert_eq!(header("x-delivery-attempts"), Some("2"));
+    assert_eq!(header("x-dead-letter-reason"), Some(reason));
+    assert_eq!(
+        (header("message-key"), header("trace")),
+        (Some("k0"), Some("abc"))
+    );
+    let gi = mq.group_info("t", "g").expect("info");
+    assert_eq!(gi.cursor, 2, "the group moved past 0 and 1");
+    assert!(gi.pending.is_empty(), "no attempt left: {:?}", gi.pending);
+    assert_eq!(gi.dead_lettered, 1);
+    let d = recv(&mut c).await;
+    assert_eq!((d.offset(), d.attempt()), (2, 1));
+    d.ack().await.expect("ack 2");
+    assert_eq!(mq.group_info("t", "g").expect("info").cursor, 3);
+    assert_eq!(mq.fetch("t.dlq", 0, 10).await.expect("fetch").len(), 1);
+}
+
+fn ms(t: std::time::SystemTime) -> u128 {
+    t.duration_since(std::time::UNIX_EPOCH)
+        .expect("after the epoch")
+        .as_millis()
+}
+
+/// The copy was produced, the record not yet finished: the new member finds the copy
+/// in the dead-letter topic's tail and makes no second one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_after_the_copy_before_the_commit_dead_letters_once() {
+    crash_while_dead_lettering("kafka.dead_letter.after_copy", "bad #2").await;
+}
+
+/// The intent was committed, no copy produced: the new member makes exactly one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_after_the_intent_before_the_copy_dead_letters_once() {
+    crash_while_dead_lettering(
+        "kafka.dead_letter.after_intent",
+        "dead-lettered across a restart (the first copy was not found)",
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -45,7 +45,10 @@ const LAYERS: &[(&str, &[&str])] = &[
             "admin", "error", "fault", "format", "io", "log", "options", "parked", "queue",
         ],
     ),
-    ("kafka", &["error", "format", "names", "options", "queue"]),
+    (
+        "kafka",
+        &["error", "fault", "format", "names", "options", "queue"],
+    ),
     ("backend", &["error", "io", "kafka", "options", "runtime"]),
     (
         "delivery",
