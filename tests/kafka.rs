@@ -365,19 +365,6 @@ async fn a_crash_after_the_intent_before_the_copy_dead_letters_once() {
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn auto_ack_commits_the_previous_delivery() {
-    let cluster = Cluster::new(&["auto"]);
-    let mq = cluster.open("");
-    publish_n(&mq, "auto", 3).await;
-    let mut c = mq.consumer("auto", "g").build().expect("consumer");
-    for i in 0..3 {
-        assert_eq!(recv(&mut c).await.offset(), i);
-    }
-    c.close().await.expect("close acks the last one");
-    assert_eq!(mq.group_info("auto", "g").expect("info").cursor, 3);
-}
-
 /// A delayed nack holds the record (and its slot) until the delay passes, then it comes
 /// back before later records.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
