@@ -1,7 +1,9 @@
-//! `Mode=Kafka` against librdkafka's mock cluster (no broker install): publish, the ack
-//! floor with out-of-order acks, nack = seek back, attempts and acks above the floor kept
-//! across a restart, dead-lettering once across a crash (a child process, the same test
-//! binary, aborts at a crash point of the dead-letter path).
+//! `Mode=Kafka` against librdkafka's mock cluster (no broker install), what only Kafka
+//! has: the connection string's `Kafka.*` keys, publish and the figures, dead-lettering
+//! once across a crash (a child process, the same test binary, aborts at a crash point of
+//! the dead-letter path), rebalances, resets from outside the group, `message-id`
+//! de-duplication across a restart. The consumer-group rules both modes keep are in
+//! tests/group_rules.rs.
 //!
 //! The mock's limits (issue 30): a first group join takes about 3 s and a new member
 //! after one left about 5 s (hence `session.timeout.ms=6000`); topics are created with
@@ -12,7 +14,7 @@
 use std::time::Duration;
 
 use common_kafka::{Cluster, WAIT, publish_n, publish_n_from, recv};
-use spool::{Delivery, Error, Headers, Spool};
+use spool::{Error, Headers, Spool};
 
 mod common_child;
 mod common_kafka;
@@ -79,164 +81,6 @@ async fn publish_consume_ack_and_the_figures() {
     assert_eq!(gi.counts.acked, 5);
     drop(c);
     mq.close().await.expect("close");
-}
-
-/// Brighter's ADR 0055: a nacked record must not be swallowed by a later ack's commit.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_later_ack_never_swallows_a_nacked_record() {
-    let cluster = Cluster::new(&["jobs"]);
-    let mq = cluster.open("Max Delivery Attempts=0");
-    publish_n(&mq, "jobs", 3).await;
-    let mut c = mq
-        .consumer("jobs", "g")
-        .manual_ack()
-        .max_in_flight(2)
-        .build()
-        .expect("consumer");
-    let d0 = recv(&mut c).await;
-    let d1 = recv(&mut c).await;
-    assert_eq!((d0.offset(), d1.offset()), (0, 1));
-    let out = d0.nack("try later").await.expect("nack");
-    assert_eq!(
-        (out.delivery_attempt, out.dead_lettered, out.next_offset),
-        (1, false, 0)
-    );
-    d1.ack().await.expect("ack of 1");
-    assert_eq!(
-        mq.group_info("jobs", "g").expect("info").cursor,
-        0,
-        "1's ack waits above 0"
-    );
-    let again = recv(&mut c).await;
-    assert_eq!(
-        (again.offset(), again.attempt()),
-        (0, 2),
-        "the nacked record comes next"
-    );
-    again.ack().await.expect("ack of 0");
-    assert_eq!(
-        mq.group_info("jobs", "g").expect("info").cursor,
-        2,
-        "0 and 1 finished"
-    );
-    let d2 = recv(&mut c).await;
-    assert_eq!(d2.offset(), 2, "1 was acked: not delivered again");
-    d2.ack().await.expect("ack");
-}
-
-/// Acks above the floor and failed attempts live in the commit: a restart forgets neither.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_restart_forgets_neither_acks_above_the_floor_nor_attempts() {
-    let cluster = Cluster::new(&["t"]);
-    {
-        let mq = cluster.open("Max Delivery Attempts=0");
-        publish_n(&mq, "t", 5).await;
-        let mut c = mq
-            .consumer("t", "g")
-            .manual_ack()
-            .max_in_flight(5)
-            .build()
-            .expect("consumer");
-        let ds: Vec<Delivery> = futures_util_join(&mut c, 5).await;
-        let mut ds = ds.into_iter();
-        let d0 = ds.next().expect("0");
-        let rest: Vec<Delivery> = ds.collect();
-        assert_eq!(d0.offset(), 0);
-        d0.nack("first failure").await.expect("nack");
-        for d in rest {
-            if d.offset() != 2 {
-                d.ack().await.expect("ack");
-            } else {
-                drop(d); // released: delivered again, no attempt counted
-            }
-        }
-        let gi = mq.group_info("t", "g").expect("info");
-        assert_eq!(gi.cursor, 0);
-        assert_eq!(
-            gi.pending.len(),
-            1,
-            "one record with a failed attempt: {gi:?}"
-        );
-        drop(c);
-        mq.close().await.expect("close");
-    }
-    let mq = cluster.open("Max Delivery Attempts=0");
-    let mut c = mq
-        .consumer("t", "g")
-        .manual_ack()
-        .build()
-        .expect("consumer");
-    let d = recv(&mut c).await;
-    assert_eq!(
-        (d.offset(), d.attempt()),
-        (0, 2),
-        "the attempt survived the restart"
-    );
-    d.ack().await.expect("ack");
-    let d = recv(&mut c).await;
-    assert_eq!(
-        (d.offset(), d.attempt()),
-        (2, 1),
-        "1, 3 and 4 were acked: only 2 comes back"
-    );
-    d.ack().await.expect("ack");
-    assert_eq!(mq.group_info("t", "g").expect("info").cursor, 5);
-}
-
-async fn futures_util_join(c: &mut spool::Consumer, n: usize) -> Vec<Delivery> {
-    let mut out = Vec::new();
-    while out.len() < n {
-        out.push(recv(c).await);
-    }
-    out
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_attempt_limit_dead_letters_once_with_provenance() {
-    let cluster = Cluster::new(&["pay", "pay.dlq"]);
-    let mq = cluster.open("Max Delivery Attempts=2");
-    let mut h = Headers::new();
-    h.insert("message-key".into(), "k1".into());
-    mq.publish("pay", b"boom".to_vec(), &h)
-        .await
-        .expect("publish");
-    publish_n_from(&mq, "pay", 1, 2).await;
-    let mut c = mq
-        .consumer("pay", "g")
-        .manual_ack()
-        .build()
-        .expect("consumer");
-    let d = recv(&mut c).await;
-    assert!(!d.nack("bad").await.expect("nack").dead_lettered);
-    let d = recv(&mut c).await;
-    assert_eq!((d.offset(), d.attempt()), (0, 2));
-    let out = d.nack("still bad").await.expect("nack");
-    assert!(out.dead_lettered);
-    assert_eq!(
-        out.next_offset, 1,
-        "the cursor moves once the copy is durable"
-    );
-    let next = recv(&mut c).await;
-    assert_eq!(next.offset(), 1);
-    next.ack().await.expect("ack");
-    let copies = mq.fetch("pay.dlq", 0, 10).await.expect("fetch dlq");
-    assert_eq!(copies.len(), 1);
-    let ch = copies[0].headers();
-    assert_eq!(&copies[0].payload()[..], b"boom");
-    assert_eq!(ch.get("x-original-topic").map(String::as_str), Some("pay"));
-    assert_eq!(ch.get("x-original-offset").map(String::as_str), Some("0"));
-    assert_eq!(
-        ch.get("x-original-partition").map(String::as_str),
-        Some("0")
-    );
-    assert_eq!(ch.get("x-consumer-group").map(String::as_str), Some("g"));
-    assert_eq!(ch.get("x-delivery-attempts").map(String::as_str), Some("2"));
-    assert_eq!(
-        ch.get("x-dead-letter-reason").map(String::as_str),
-        Some("still bad")
-    );
-    assert_eq!(ch.get("message-key").map(String::as_str), Some("k1"));
-    assert_eq!(mq.group_info("pay", "g").expect("info").dead_lettered, 1);
 }
 
 // ---- a crash while dead-lettering: a child process aborts at a crash point ----------
@@ -363,40 +207,6 @@ async fn a_crash_after_the_intent_before_the_copy_dead_letters_once() {
         "dead-lettered across a restart (the first copy was not found)",
     )
     .await;
-}
-
-/// A delayed nack holds the record (and its slot) until the delay passes, then it comes
-/// back before later records.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_delayed_nack_waits_then_comes_back_first() {
-    let cluster = Cluster::new(&["slow"]);
-    let mq = cluster.open("Max Delivery Attempts=0");
-    publish_n(&mq, "slow", 2).await;
-    let mut c = mq
-        .consumer("slow", "g")
-        .manual_ack()
-        .build()
-        .expect("consumer");
-    let d = recv(&mut c).await;
-    let delay = Duration::from_millis(700);
-    let start = std::time::Instant::now();
-    let out = d.nack_with_delay("later", delay).await.expect("nack");
-    assert!(out.redeliver_at.is_some());
-    let again = recv(&mut c).await;
-    // Not-before times are whole milliseconds of the wall clock: allow one's rounding.
-    let floor = delay - Duration::from_millis(2);
-    assert!(
-        start.elapsed() >= floor,
-        "came back after {:?}",
-        start.elapsed()
-    );
-    assert_eq!(
-        (again.offset(), again.attempt()),
-        (0, 2),
-        "0 first, 1 waited behind it"
-    );
-    again.ack().await.expect("ack");
-    assert_eq!(recv(&mut c).await.offset(), 1);
 }
 
 /// What the rebalance test saw: per record, deliveries and successful acks.

@@ -37,6 +37,10 @@ impl Backend {
         Backend::Kafka(common_kafka::Cluster::new(&all))
     }
 
+    pub fn is_kafka(&self) -> bool {
+        !matches!(self, Backend::Embedded(_))
+    }
+
     /// Opens an instance with `extra` keys that mean the same in both modes.
     pub fn open(&self, extra: &str) -> Spool {
         Spool::open(&self.connection(extra)).expect("open")
