@@ -1,6 +1,9 @@
-//! `Mode=Kafka` against librdkafka's mock cluster (no broker install): publish, the ack
-//! floor with out-of-order acks, nack = seek back, attempts and acks above the floor kept
-//! across a restart, dead-lettering once across a crash between copy and commit.
+//! `Mode=Kafka` against librdkafka's mock cluster (no broker install), what only Kafka
+//! has: the connection string's `Kafka.*` keys, publish and the figures, dead-lettering
+//! once across a crash (a child process, the same test binary, aborts at a crash point of
+//! the dead-letter path), rebalances, resets from outside the group, `message-id`
+//! de-duplication across a restart. The consumer-group rules both modes keep are in
+//! tests/group_rules.rs.
 //!
 //! The mock's limits (issue 30): a first group join takes about 3 s and a new member
 //! after one left about 5 s (hence `session.timeout.ms=6000`); topics are created with
@@ -11,8 +14,9 @@
 use std::time::Duration;
 
 use common_kafka::{Cluster, WAIT, publish_n, publish_n_from, recv};
-use spool::{Delivery, Error, Headers, Spool};
+use spool::{Error, Headers, Spool};
 
+mod common_child;
 mod common_kafka;
 
 #[test]
@@ -79,86 +83,66 @@ async fn publish_consume_ack_and_the_figures() {
     mq.close().await.expect("close");
 }
 
-/// Brighter's ADR 0055: a nacked record must not be swallowed by a later ack's commit.
+// ---- a crash while dead-lettering: a child process aborts at a crash point ----------
+
+/// The variable that makes `child_nacks_to_the_limit` act: the connection string of the
+/// parent's mock cluster.
+const CHILD: &str = "SPOOL_KAFKA_CHILD";
+const CRASH_CONN: &str = "Max Delivery Attempts=2";
+
+/// Child role of `crash_while_dead_lettering`: nacks record 0 of `t` to the limit, so
+/// `SPOOL_CRASH_AT` aborts the process on the way. Does nothing in an ordinary run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_later_ack_never_swallows_a_nacked_record() {
-    let cluster = Cluster::new(&["jobs"]);
-    let mq = cluster.open("Max Delivery Attempts=0");
-    publish_n(&mq, "jobs", 3).await;
+async fn child_nacks_to_the_limit() {
+    let Some(conn) = common_child::role(CHILD) else {
+        return;
+    };
+    let mq = Spool::open(&conn).expect("open Mode=Kafka");
     let mut c = mq
-        .consumer("jobs", "g")
+        .consumer("t", "g")
         .manual_ack()
-        .max_in_flight(2)
         .build()
         .expect("consumer");
-    let d0 = recv(&mut c).await;
-    let d1 = recv(&mut c).await;
-    assert_eq!((d0.offset(), d1.offset()), (0, 1));
-    let out = d0.nack("try later").await.expect("nack");
-    assert_eq!(
-        (out.delivery_attempt, out.dead_lettered, out.next_offset),
-        (1, false, 0)
-    );
-    d1.ack().await.expect("ack of 1");
-    assert_eq!(
-        mq.group_info("jobs", "g").expect("info").cursor,
-        0,
-        "1's ack waits above 0"
-    );
-    let again = recv(&mut c).await;
-    assert_eq!(
-        (again.offset(), again.attempt()),
-        (0, 2),
-        "the nacked record comes next"
-    );
-    again.ack().await.expect("ack of 0");
-    assert_eq!(
-        mq.group_info("jobs", "g").expect("info").cursor,
-        2,
-        "0 and 1 finished"
-    );
-    let d2 = recv(&mut c).await;
-    assert_eq!(d2.offset(), 2, "1 was acked: not delivered again");
-    d2.ack().await.expect("ack");
+    for n in 1..=2 {
+        let d = recv(&mut c).await;
+        assert_eq!((d.offset(), d.attempt()), (0, n));
+        tokio::time::timeout(WAIT, d.nack(&format!("bad #{n}")))
+            .await
+            .expect("the nack returns within the wait")
+            .expect("nack");
+    }
+    panic!("the crash point was not reached");
 }
 
-/// Acks above the floor and failed attempts live in the commit: a restart forgets neither.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_restart_forgets_neither_acks_above_the_floor_nor_attempts() {
-    let cluster = Cluster::new(&["t"]);
-    {
-        let mq = cluster.open("Max Delivery Attempts=0");
-        publish_n(&mq, "t", 5).await;
-        let mut c = mq
-            .consumer("t", "g")
-            .manual_ack()
-            .max_in_flight(5)
-            .build()
-            .expect("consumer");
-        let ds: Vec<Delivery> = futures_util_join(&mut c, 5).await;
-        let mut ds = ds.into_iter();
-        let d0 = ds.next().expect("0");
-        let rest: Vec<Delivery> = ds.collect();
-        assert_eq!(d0.offset(), 0);
-        d0.nack("first failure").await.expect("nack");
-        for d in rest {
-            if d.offset() != 2 {
-                d.ack().await.expect("ack");
-            } else {
-                drop(d); // released: delivered again, no attempt counted
-            }
-        }
-        let gi = mq.group_info("t", "g").expect("info");
-        assert_eq!(gi.cursor, 0);
-        assert_eq!(
-            gi.pending.len(),
-            1,
-            "one record with a failed attempt: {gi:?}"
-        );
-        drop(c);
-        mq.close().await.expect("close");
-    }
-    let mq = cluster.open("Max Delivery Attempts=0");
+/// A child process nacks record 0 to the limit and aborts at `point`; a new instance in
+/// the same group then finds exactly one copy, with the provenance headers (the
+/// reason is `reason`: a copy made after the crash cannot know the nack's), record 0
+/// finished (not delivered again), and the group going on.
+async fn crash_while_dead_lettering(point: &str, reason: &str) {
+    let cluster = Cluster::new(&["t", "t.dlq"]);
+    let mq = cluster.open(CRASH_CONN);
+    let mut h = Headers::new();
+    h.insert("message-key".into(), "k0".into());
+    h.insert("trace".into(), "abc".into());
+    assert_eq!(mq.publish("t", b"m0".to_vec(), &h).await.expect("m0"), 0);
+    publish_n_from(&mq, "t", 1, 2).await;
+    let published_ms = ms(mq.fetch("t", 0, 1).await.expect("fetch")[0].timestamp());
+    mq.close().await.expect("close");
+
+    let env = [
+        (CHILD, cluster.connection(CRASH_CONN)),
+        ("SPOOL_CRASH_AT", point.to_owned()),
+    ];
+    let status = tokio::task::spawn_blocking(move || {
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        common_child::run("child_nacks_to_the_limit", &env)
+    })
+    .await
+    .expect("the child ran");
+    common_child::assert_aborted(status);
+
+    // A new instance in the group (it waits out the dead member's session).
+    let mq = cluster.open(CRASH_CONN);
     let mut c = mq
         .consumer("t", "g")
         .manual_ack()
@@ -167,168 +151,62 @@ async fn a_restart_forgets_neither_acks_above_the_floor_nor_attempts() {
     let d = recv(&mut c).await;
     assert_eq!(
         (d.offset(), d.attempt()),
-        (0, 2),
-        "the attempt survived the restart"
+        (1, 1),
+        "0 was dead-lettered: finished, not delivered again"
     );
-    d.ack().await.expect("ack");
-    let d = recv(&mut c).await;
-    assert_eq!(
-        (d.offset(), d.attempt()),
-        (2, 1),
-        "1, 3 and 4 were acked: only 2 comes back"
-    );
-    d.ack().await.expect("ack");
-    assert_eq!(mq.group_info("t", "g").expect("info").cursor, 5);
-}
-
-async fn futures_util_join(c: &mut spool::Consumer, n: usize) -> Vec<Delivery> {
-    let mut out = Vec::new();
-    while out.len() < n {
-        out.push(recv(c).await);
-    }
-    out
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_attempt_limit_dead_letters_once_with_provenance() {
-    let cluster = Cluster::new(&["pay", "pay.dlq"]);
-    let mq = cluster.open("Max Delivery Attempts=2");
-    let mut h = Headers::new();
-    h.insert("message-key".into(), "k1".into());
-    mq.publish("pay", b"boom".to_vec(), &h)
+    d.ack().await.expect("ack 1");
+    let copies = mq
+        .fetch("t.dlq", 0, 10)
         .await
-        .expect("publish");
-    publish_n_from(&mq, "pay", 1, 2).await;
-    let mut c = mq
-        .consumer("pay", "g")
-        .manual_ack()
-        .build()
-        .expect("consumer");
-    let d = recv(&mut c).await;
-    assert!(!d.nack("bad").await.expect("nack").dead_lettered);
-    let d = recv(&mut c).await;
-    assert_eq!((d.offset(), d.attempt()), (0, 2));
-    let out = d.nack("still bad").await.expect("nack");
-    assert!(out.dead_lettered);
-    assert_eq!(
-        out.next_offset, 1,
-        "the cursor moves once the copy is durable"
-    );
-    let next = recv(&mut c).await;
-    assert_eq!(next.offset(), 1);
-    next.ack().await.expect("ack");
-    let copies = mq.fetch("pay.dlq", 0, 10).await.expect("fetch dlq");
-    assert_eq!(copies.len(), 1);
+        .expect("fetch the dead-letter topic");
+    assert_eq!(copies.len(), 1, "exactly one copy");
+    assert_eq!(&copies[0].payload()[..], b"m0");
     let ch = copies[0].headers();
-    assert_eq!(&copies[0].payload()[..], b"boom");
-    assert_eq!(ch.get("x-original-topic").map(String::as_str), Some("pay"));
-    assert_eq!(ch.get("x-original-offset").map(String::as_str), Some("0"));
+    let header = |k: &str| ch.get(k).map(String::as_str);
+    assert_eq!(header("x-original-topic"), Some("t"));
+    assert_eq!(header("x-original-partition"), Some("0"));
+    assert_eq!(header("x-original-offset"), Some("0"));
+    let published_ms = published_ms.to_string();
+    assert_eq!(header("x-original-timestamp"), Some(published_ms.as_str()));
+    assert_eq!(header("x-consumer-group"), Some("g"));
+    assert_eq!(header("x-delivery-attempts"), Some("2"));
+    assert_eq!(header("x-dead-letter-reason"), Some(reason));
     assert_eq!(
-        ch.get("x-original-partition").map(String::as_str),
-        Some("0")
+        (header("message-key"), header("trace")),
+        (Some("k0"), Some("abc"))
     );
-    assert_eq!(ch.get("x-consumer-group").map(String::as_str), Some("g"));
-    assert_eq!(ch.get("x-delivery-attempts").map(String::as_str), Some("2"));
-    assert_eq!(
-        ch.get("x-dead-letter-reason").map(String::as_str),
-        Some("still bad")
-    );
-    assert_eq!(ch.get("message-key").map(String::as_str), Some("k1"));
-    assert_eq!(mq.group_info("pay", "g").expect("info").dead_lettered, 1);
-}
-
-/// A crash between the copy and the commit: the intent is committed, the copy is in the
-/// dead-letter topic, the record not yet finished. The next read finds the copy and makes
-/// no second one. Without the copy, it makes exactly one.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dead_lettering_is_once_across_a_crash_between_copy_and_commit() {
-    let cluster = Cluster::new(&["a", "a.dlq", "b", "b.dlq"]);
-    let mq = cluster.open("Max Delivery Attempts=2");
-    publish_n(&mq, "a", 2).await;
-    publish_n(&mq, "b", 2).await;
-    // "a": the copy was made before the crash.
-    let mut h = Headers::new();
-    for (k, v) in [
-        ("x-original-topic", "a"),
-        ("x-original-partition", "0"),
-        ("x-original-offset", "0"),
-        ("x-consumer-group", "g"),
-    ] {
-        h.insert(k.into(), v.into());
-    }
-    mq.publish("a.dlq", b"m0".to_vec(), &h)
-        .await
-        .expect("the first copy");
-    let intent = "spool1|a:|f:0=2@0|d:0";
-    cluster.commit_as_other_client("a", "g", 0, intent);
-    cluster.commit_as_other_client("b", "g", 0, intent);
-    for topic in ["a", "b"] {
-        let mut c = mq
-            .consumer(topic, "g")
-            .manual_ack()
-            .build()
-            .expect("consumer");
-        let d = recv(&mut c).await;
-        assert_eq!(
-            d.offset(),
-            1,
-            "{topic}: 0 was dead-lettered before the crash"
-        );
-        d.ack().await.expect("ack");
-        let copies = mq
-            .fetch(&format!("{topic}.dlq"), 0, 10)
-            .await
-            .expect("fetch");
-        assert_eq!(copies.len(), 1, "{topic}: exactly one copy");
-        assert_eq!(mq.group_info(topic, "g").expect("info").cursor, 2);
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn auto_ack_commits_the_previous_delivery() {
-    let cluster = Cluster::new(&["auto"]);
-    let mq = cluster.open("");
-    publish_n(&mq, "auto", 3).await;
-    let mut c = mq.consumer("auto", "g").build().expect("consumer");
-    for i in 0..3 {
-        assert_eq!(recv(&mut c).await.offset(), i);
-    }
-    c.close().await.expect("close acks the last one");
-    assert_eq!(mq.group_info("auto", "g").expect("info").cursor, 3);
-}
-
-/// A delayed nack holds the record (and its slot) until the delay passes, then it comes
-/// back before later records.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_delayed_nack_waits_then_comes_back_first() {
-    let cluster = Cluster::new(&["slow"]);
-    let mq = cluster.open("Max Delivery Attempts=0");
-    publish_n(&mq, "slow", 2).await;
-    let mut c = mq
-        .consumer("slow", "g")
-        .manual_ack()
-        .build()
-        .expect("consumer");
+    let gi = mq.group_info("t", "g").expect("info");
+    assert_eq!(gi.cursor, 2, "the group moved past 0 and 1");
+    assert!(gi.pending.is_empty(), "no attempt left: {:?}", gi.pending);
+    assert_eq!(gi.dead_lettered, 1);
     let d = recv(&mut c).await;
-    let delay = Duration::from_millis(700);
-    let start = std::time::Instant::now();
-    let out = d.nack_with_delay("later", delay).await.expect("nack");
-    assert!(out.redeliver_at.is_some());
-    let again = recv(&mut c).await;
-    // Not-before times are whole milliseconds of the wall clock: allow one's rounding.
-    let floor = delay - Duration::from_millis(2);
-    assert!(
-        start.elapsed() >= floor,
-        "came back after {:?}",
-        start.elapsed()
-    );
-    assert_eq!(
-        (again.offset(), again.attempt()),
-        (0, 2),
-        "0 first, 1 waited behind it"
-    );
-    again.ack().await.expect("ack");
-    assert_eq!(recv(&mut c).await.offset(), 1);
+    assert_eq!((d.offset(), d.attempt()), (2, 1));
+    d.ack().await.expect("ack 2");
+    assert_eq!(mq.group_info("t", "g").expect("info").cursor, 3);
+    assert_eq!(mq.fetch("t.dlq", 0, 10).await.expect("fetch").len(), 1);
+}
+
+fn ms(t: std::time::SystemTime) -> u128 {
+    t.duration_since(std::time::UNIX_EPOCH)
+        .expect("after the epoch")
+        .as_millis()
+}
+
+/// The copy was produced, the record not yet finished: the new member finds the copy
+/// in the dead-letter topic's tail and makes no second one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_after_the_copy_before_the_commit_dead_letters_once() {
+    crash_while_dead_lettering("kafka.dead_letter.after_copy", "bad #2").await;
+}
+
+/// The intent was committed, no copy produced: the new member makes exactly one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_after_the_intent_before_the_copy_dead_letters_once() {
+    crash_while_dead_lettering(
+        "kafka.dead_letter.after_intent",
+        "dead-lettered across a restart (the first copy was not found)",
+    )
+    .await;
 }
 
 /// What the rebalance test saw: per record, deliveries and successful acks.

@@ -48,7 +48,10 @@ const LAYERS: &[(&str, &[&str])] = &[
             "queue",
         ],
     ),
-    ("kafka", &["error", "format", "names", "options", "queue"]),
+    (
+        "kafka",
+        &["error", "fault", "format", "names", "options", "queue"],
+    ),
     ("backend", &["error", "io", "kafka", "options", "runtime"]),
     (
         "delivery",

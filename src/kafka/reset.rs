@@ -9,7 +9,7 @@
 //!   elsewhere refuses it, and so does spool: `GroupInUse`.
 
 use std::sync::Arc;
-use std::time::UNIX_EPOCH;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use rdkafka::consumer::{CommitMode, Consumer as _};
 use rdkafka::types::RDKafkaErrorCode;
@@ -47,27 +47,19 @@ impl Kafka {
         Ok(cursor)
     }
 
-    /// The new offset of each partition `to` moves.
+    /// The new offset of each partition `to` moves: `plan` over the broker's answers.
     fn targets(&self, topic: &str, to: OffsetReset) -> Result<Vec<(i32, u64)>> {
-        let n = self.partitions(topic)?;
-        let mut out = Vec::new();
-        for p in 0..n {
-            let (lo, hi) = self.watermarks(topic, p)?;
-            let target = match to {
-                OffsetReset::Earliest => lo,
-                OffsetReset::Latest => hi,
-                OffsetReset::Explicit(o) if p == 0 => o.clamp(lo, hi),
-                OffsetReset::Explicit(_) => continue,
-                OffsetReset::Time(t) => self.offset_at(topic, p, t)?.clamp(lo, hi),
-            };
-            out.push((p, target));
-        }
-        Ok(out)
+        plan(
+            self.partitions(topic)?,
+            to,
+            |p| self.watermarks(topic, p),
+            |p, t| self.offset_at(topic, p, t),
+        )
     }
 
-    /// The first offset of partition `p` with a timestamp at or after `t` (the end if
-    /// none), from the broker's time index.
-    fn offset_at(&self, topic: &str, p: i32, t: std::time::SystemTime) -> Result<u64> {
+    /// The first offset of partition `p` with a timestamp at or after `t` (`None`: no
+    /// record that late), from the broker's time index.
+    fn offset_at(&self, topic: &str, p: i32, t: SystemTime) -> Result<Option<u64>> {
         let ms = t
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
@@ -84,8 +76,8 @@ impl Kafka {
             .map(|e| e.offset())
             .unwrap_or(Offset::End);
         match offset {
-            Offset::Offset(o) => Ok(to_u64(o)),
-            _ => Ok(self.watermarks(topic, p)?.1),
+            Offset::Offset(o) => Ok(Some(to_u64(o))),
+            _ => Ok(None),
         }
     }
 
@@ -136,6 +128,32 @@ impl Kafka {
             .map(|g| g.members().len())
             .sum())
     }
+}
+
+/// The new offset of each of `partitions` partitions that `to` moves, from each one's
+/// `watermarks` (low, high) and, for `Time`, `at_time`: the first offset at or after the
+/// time, `None` when no record is that late (then the high watermark, as in embedded
+/// mode). The seam for tests: librdkafka's mock cluster has no time index (it answers
+/// the end for every time), so a unit test gives the answers here.
+fn plan(
+    partitions: i32,
+    to: OffsetReset,
+    mut watermarks: impl FnMut(i32) -> Result<(u64, u64)>,
+    mut at_time: impl FnMut(i32, SystemTime) -> Result<Option<u64>>,
+) -> Result<Vec<(i32, u64)>> {
+    let mut out = Vec::new();
+    for p in 0..partitions {
+        let (lo, hi) = watermarks(p)?;
+        let target = match to {
+            OffsetReset::Earliest => lo,
+            OffsetReset::Latest => hi,
+            OffsetReset::Explicit(o) if p == 0 => o.clamp(lo, hi),
+            OffsetReset::Explicit(_) => continue,
+            OffsetReset::Time(t) => at_time(p, t)?.unwrap_or(hi).clamp(lo, hi),
+        };
+        out.push((p, target));
+    }
+    Ok(out)
 }
 
 /// Moves this process's member to `targets`: new floors, new epochs (so every delivery
@@ -206,5 +224,113 @@ impl Kafka {
         drop(committed);
         drop(c);
         Ok(any)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+    use super::plan;
+    use crate::error::{Error, Result};
+    use crate::queue::OffsetReset;
+
+    /// Three partitions' watermarks: (low, high).
+    const WATERMARKS: [(u64, u64); 3] = [(0, 10), (5, 20), (3, 3)];
+
+    fn watermarks(p: i32) -> Result<(u64, u64)> {
+        Ok(WATERMARKS[usize::try_from(p).expect("a partition")])
+    }
+
+    fn at(ms: u64) -> SystemTime {
+        UNIX_EPOCH + Duration::from_millis(ms)
+    }
+
+    #[test]
+    fn a_time_reset_takes_each_partitions_offset_from_the_time_index() {
+        let mut asked = Vec::new();
+        let answers = [Some(4), Some(17), Some(3)];
+        let targets = plan(3, OffsetReset::Time(at(1_000)), watermarks, |p, t| {
+            asked.push((p, t));
+            Ok(answers[usize::try_from(p).expect("a partition")])
+        })
+        .expect("plan");
+        assert_eq!(targets, vec![(0, 4), (1, 17), (2, 3)]);
+        assert_eq!(
+            asked,
+            vec![(0, at(1_000)), (1, at(1_000)), (2, at(1_000))],
+            "every partition asked, for the reset's time"
+        );
+    }
+
+    #[test]
+    fn no_record_that_late_is_the_high_watermark() {
+        // librdkafka's answer for "nothing at or after t" is offset -1 (End): `None`.
+        let targets = plan(3, OffsetReset::Time(at(9_000)), watermarks, |p, _| {
+            Ok((p == 0).then_some(2))
+        })
+        .expect("plan");
+        assert_eq!(targets, vec![(0, 2), (1, 20), (2, 3)]);
+    }
+
+    #[test]
+    fn an_offset_retention_has_deleted_is_clamped_to_the_low_watermark() {
+        let targets =
+            plan(2, OffsetReset::Time(at(0)), watermarks, |_, _| Ok(Some(1))).expect("plan");
+        assert_eq!(targets, vec![(0, 1), (1, 5)]);
+    }
+
+    #[test]
+    fn a_failed_lookup_fails_the_reset() {
+        let r = plan(3, OffsetReset::Time(at(1)), watermarks, |p, _| {
+            if p == 1 {
+                return Err(Error::Kafka {
+                    context: "asking for an offset by time".to_owned(),
+                    detail: "broker down".to_owned(),
+                });
+            }
+            Ok(Some(0))
+        });
+        match r {
+            Err(Error::Kafka { context, detail }) => {
+                assert_eq!(
+                    (context.as_str(), detail.as_str()),
+                    ("asking for an offset by time", "broker down")
+                );
+            }
+            other => panic!("expected the lookup's error, got {other:?}"),
+        }
+        let r = plan(
+            1,
+            OffsetReset::Time(at(1)),
+            |_| -> Result<(u64, u64)> {
+                Err(Error::Kafka {
+                    context: "reading a partition's watermarks".to_owned(),
+                    detail: "broker down".to_owned(),
+                })
+            },
+            |_, _| Ok(Some(0)),
+        );
+        assert!(matches!(r, Err(Error::Kafka { .. })), "{r:?}");
+    }
+
+    #[test]
+    fn the_other_targets_need_no_time_index() {
+        let no_lookup = |_: i32, _: SystemTime| -> Result<Option<u64>> {
+            panic!("only Time asks the time index")
+        };
+        assert_eq!(
+            plan(3, OffsetReset::Earliest, watermarks, no_lookup).expect("plan"),
+            vec![(0, 0), (1, 5), (2, 3)]
+        );
+        assert_eq!(
+            plan(3, OffsetReset::Latest, watermarks, no_lookup).expect("plan"),
+            vec![(0, 10), (1, 20), (2, 3)]
+        );
+        assert_eq!(
+            plan(3, OffsetReset::Explicit(12), watermarks, no_lookup).expect("plan"),
+            vec![(0, 10)],
+            "Explicit moves partition 0, clamped"
+        );
     }
 }

@@ -37,15 +37,24 @@ impl Backend {
         Backend::Kafka(common_kafka::Cluster::new(&all))
     }
 
+    pub fn is_kafka(&self) -> bool {
+        !matches!(self, Backend::Embedded(_))
+    }
+
     /// Opens an instance with `extra` keys that mean the same in both modes.
     pub fn open(&self, extra: &str) -> Spool {
+        Spool::open(&self.connection(extra)).expect("open")
+    }
+
+    /// The connection string of `open` (a child process opens the same backend with
+    /// it; `Sync=None` survives a crash of the process).
+    pub fn connection(&self, extra: &str) -> String {
         match self {
             Backend::Embedded(dir) => {
-                let s = format!("Data Source={};Sync=None;{extra}", dir.path().display());
-                Spool::open(&s).expect("open embedded")
+                format!("Data Source={};Sync=None;{extra}", dir.path().display())
             }
             #[cfg(feature = "kafka")]
-            Backend::Kafka(c) => c.open(extra),
+            Backend::Kafka(c) => c.connection(extra),
         }
     }
 }

@@ -7,6 +7,10 @@
 //! looks for the copy in the dead-letter topic's tail and produces it only if it is not
 //! there. The copy keeps the record's `message-key`, so it lands on the same partition
 //! number when the dead-letter topic has as many partitions as its source.
+//!
+//! Crash points (`crate::fault`, `SPOOL_CRASH_AT`): `kafka.dead_letter.after_intent`
+//! (after 1) and `kafka.dead_letter.after_copy` (after 2); tests/kafka.rs kills a child
+//! process at each.
 
 use std::sync::Arc;
 
@@ -72,7 +76,9 @@ pub(super) async fn dead_letter(
         back.done();
         return Err(Error::StaleDelivery { offset: o });
     }
+    crate::fault::hit("kafka.dead_letter.after_intent");
     produce_copy(&g, p, back.record(), attempts, reason, dlq).await?;
+    crate::fault::hit("kafka.dead_letter.after_copy");
     let next_offset = finish(&g, p, o).await?;
     back.done();
     Ok(NackOutcome {
