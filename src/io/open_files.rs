@@ -15,12 +15,32 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
-/// Descriptors all the segment files a process keeps open may hold (real file system:
-/// one budget for every instance in the process). A topic in use holds two (its active
-/// segment and its index), a reader of old records up to 8 sealed segments more. Half
-/// the common soft limit of 1,024, which leaves the rest to the application, the
-/// catalog, the admin endpoint and short-lived opens (a directory sync, an index read).
+/// Descriptors all the segment files a process keeps open may hold under the common soft
+/// limit of 1,024 (and the simulated file system's default). A topic in use holds two
+/// (its active segment and its index), a reader of old records up to 8 sealed segments
+/// more. On the real file system the bound is half the process's soft limit, whatever it
+/// is (`process_bound`): this when it is 1,024.
 pub const OPEN_FILES_MAX: usize = 512;
+/// The bound under a very low soft limit, and under a very high one (or none).
+const PROCESS_BOUND_MIN: usize = 16;
+const PROCESS_BOUND_CAP: usize = 16_384;
+
+/// Half the process's soft limit on descriptors (`RLIMIT_NOFILE`), read at first use:
+/// the other half is left to the application, the catalog, the admin endpoint and
+/// short-lived opens (a directory sync, an index read). A process that raised its limit
+/// (as servers of many topics do) keeps more topics' files open.
+fn process_bound() -> usize {
+    use rustix::process::{Resource, getrlimit};
+    bound_for(getrlimit(Resource::Nofile).current)
+}
+
+/// The bound under a soft limit of `soft` descriptors (`None`: unlimited).
+fn bound_for(soft: Option<u64>) -> usize {
+    soft.map_or(PROCESS_BOUND_CAP, |soft| {
+        usize::try_from(soft / 2).unwrap_or(PROCESS_BOUND_CAP)
+    })
+    .clamp(PROCESS_BOUND_MIN, PROCESS_BOUND_CAP)
+}
 
 /// What a sweep finds a holder doing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -95,7 +115,7 @@ impl OpenFiles {
     pub fn process() -> Arc<OpenFiles> {
         static PROCESS: std::sync::OnceLock<Arc<OpenFiles>> = std::sync::OnceLock::new();
         PROCESS
-            .get_or_init(|| OpenFiles::new(OPEN_FILES_MAX))
+            .get_or_init(|| OpenFiles::new(process_bound()))
             .clone()
     }
 
@@ -195,6 +215,17 @@ impl OpenFiles {
 mod tests {
     use super::*;
     use std::sync::atomic::AtomicBool;
+
+    /// Half the soft limit: 512 under the common 1,024, more where it was raised, never
+    /// more than the cap nor less than the floor.
+    #[test]
+    fn the_bound_is_half_the_soft_limit() {
+        assert_eq!(bound_for(Some(1024)), OPEN_FILES_MAX);
+        assert_eq!(bound_for(Some(20_000)), 10_000);
+        assert_eq!(bound_for(Some(u64::MAX)), PROCESS_BOUND_CAP);
+        assert_eq!(bound_for(None), PROCESS_BOUND_CAP);
+        assert_eq!(bound_for(Some(8)), PROCESS_BOUND_MIN);
+    }
 
     /// A holder of one descriptor that closes when asked unless `busy`.
     struct Fake {
