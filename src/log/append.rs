@@ -75,6 +75,12 @@ impl TopicLog {
     fn append_inner(&mut self, msgs: &[Append<'_>], now_ms: u64, hold: bool) -> Result<u64> {
         self.check_poison()?;
         let bytes = self.check_sizes(msgs)?;
+        // Held only beside a sync of this segment that may be running (records of it not
+        // durable yet), or with records held already: the first publish to a quiet topic
+        // writes at once, from its own thread. With many topics, each has about one
+        // record per round, and the sync thread writing them all one by one was the
+        // bottleneck (issue 31 point 2).
+        let hold = hold && (self.held.is_some() || self.active.pending_bytes() > 0);
         let mut pending = match self.held.take() {
             Some(p) => p,
             None => Pending::start(
