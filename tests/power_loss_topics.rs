@@ -6,7 +6,7 @@
 //! every record a reader saw before the cut. Also across a process crash and a reopen in
 //! the same boot, and a reopen under another sync policy (the journal is copied back
 //! whatever the policy).
-//! `SPOOL_POWER_LOSS_TOPICS_RUNS` seeds (24).
+//! `SPOOL_POWER_LOSS_TOPICS_RUNS` seeds (40).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -25,7 +25,7 @@ fn runs() -> u64 {
     std::env::var("SPOOL_POWER_LOSS_TOPICS_RUNS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(24)
+        .unwrap_or(40)
 }
 
 fn opts(sync: SyncPolicy) -> Options {
@@ -130,6 +130,21 @@ fn tail(mq: &Spool, fs: &SimFs, done: &Arc<AtomicBool>) -> tokio::task::JoinHand
     })
 }
 
+/// A slow disk until `done`: syncs wait a little, so that rounds pile up behind a
+/// checkpoint and the journal's two files are both in play.
+fn slow_disk(fs: &SimFs, done: &Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
+    let (fs, done) = (fs.clone(), done.clone());
+    std::thread::spawn(move || {
+        while !done.load(Ordering::Acquire) && !fs.is_cut() {
+            fs.hold_syncs(true);
+            std::thread::sleep(std::time::Duration::from_micros(400));
+            fs.hold_syncs(false);
+            std::thread::sleep(std::time::Duration::from_micros(100));
+        }
+        fs.hold_syncs(false);
+    })
+}
+
 /// What of `records` the reopened `image` lacks or holds otherwise; also that every
 /// topic's offsets are dense.
 async fn check(image: &SimFs, sync: SyncPolicy, what: &[(&str, &Records)]) -> Vec<String> {
@@ -174,8 +189,12 @@ async fn publishes_spread_over_topics_survive_a_power_cut() {
         let acked = Arc::new(Mutex::new(Records::new()));
         let done = Arc::new(AtomicBool::new(false));
         let reader = tail(&mq, &fs, &done);
+        let slow = (seed % 3 == 0).then(|| slow_disk(&fs, &done));
         publish_spread(&mq, &fs, "first", 30, &acked).await;
         done.store(true, Ordering::Release);
+        if let Some(t) = slow {
+            t.join().expect("slow disk");
+        }
         let seen = reader.await.expect("reader");
         let _ = mq.close().await;
         let Some(image) = fs.crash_image() else {

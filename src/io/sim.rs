@@ -755,7 +755,7 @@ impl Backend for SimFs {
 
     /// Small: a test's few records fill it, so its checkpoints run in every test.
     fn journal_bytes(&self) -> Option<u64> {
-        Some(16 << 10)
+        Some(4 << 10)
     }
 
     fn open_files_max(&self) -> Option<usize> {

@@ -12,47 +12,46 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use super::JOURNAL_FILE;
+use super::FILE_NAMES;
 use crate::error::{Error, Result};
 use crate::format::journal::{self as fmt, Entry, JOURNAL_HEADER_LEN};
 use crate::format::segment::SEGMENT_HEADER_LEN;
 use crate::io::{DataFile, Fs};
 use crate::log::segment::segment_file_name;
 
-/// The largest journal file open reads (the journal is 64 MiB; a round may overrun it).
+/// The largest journal file open reads (each is 32 MiB; a round may overrun it).
 const READ_MAX: u64 = 1 << 30;
 
-/// Copies the entries of `dir`'s journal into their segments, syncs them, and empties
-/// the journal. Returns the generation its header now holds (`None`: no journal).
-pub(crate) fn replay(fs: &Fs, dir: &Path) -> Result<Option<u64>> {
-    let path = dir.join(JOURNAL_FILE);
-    if fs.is_dir(&path) != Some(false) {
-        return Ok(None);
+/// Copies the entries of `dir`'s journal files into their segments (the older
+/// generation's first), syncs those, and empties the files. Returns the generation the
+/// next header written gets: above every one the files held.
+pub(crate) fn replay(fs: &Fs, dir: &Path) -> Result<u64> {
+    let mut found = Vec::new();
+    for name in FILE_NAMES {
+        if let Some(journal) = read(fs, dir, name)? {
+            found.push(journal);
+        }
     }
-    let file = fs.open(&path)?;
-    let bytes = read_whole(&file)?;
-    let Some(generation) = fmt::decode_header(&bytes) else {
-        // The header is written only to empty the journal, after every file it covered
-        // was synced: one torn there holds nothing needed. Made anew by the next round.
-        tracing::warn!(path = %path.display(), "the journal's header is not whole: removing it");
-        fs.remove_file(&path)?;
-        fs.sync_dir(dir)?;
-        return Ok(None);
-    };
-    // Each file opened once, with its header's crc.
+    found.sort_by_key(|(generation, _, _)| *generation);
+    // Each segment file opened once, with its header's crc.
     let mut touched: HashMap<PathBuf, (DataFile, u32)> = HashMap::new();
-    let mut at = JOURNAL_HEADER_LEN;
     let mut copied = 0usize;
-    while let Some((entry, n)) = fmt::decode_entry(&bytes[at..], generation) {
-        at += n;
-        copied += usize::from(copy_back(fs, dir, &entry, &mut touched)?);
+    for (generation, _, bytes) in &found {
+        let mut at = JOURNAL_HEADER_LEN;
+        while let Some((entry, n)) = fmt::decode_entry(&bytes[at..], *generation) {
+            at += n;
+            copied += usize::from(copy_back(fs, dir, &entry, &mut touched)?);
+        }
     }
     for (f, _) in touched.values() {
         f.sync_data()?;
     }
-    let next = generation + 1;
-    file.write_all_at(&fmt::encode_header(next), 0)?;
-    file.sync_data()?;
+    let mut next = found.last().map_or(1, |(g, _, _)| g + 1);
+    for (_, file, _) in &found {
+        file.write_all_at(&fmt::encode_header(next), 0)?;
+        file.sync_data()?;
+        next += 1;
+    }
     if copied > 0 {
         tracing::info!(
             entries = copied,
@@ -60,7 +59,27 @@ pub(crate) fn replay(fs: &Fs, dir: &Path) -> Result<Option<u64>> {
             "copied the journal back into the topics"
         );
     }
-    Ok(Some(next))
+    Ok(next)
+}
+
+/// The journal file `name`: its generation, the file and its bytes; `None` if there is
+/// none, or its header is not whole (then it is removed).
+fn read(fs: &Fs, dir: &Path, name: &str) -> Result<Option<(u64, DataFile, Vec<u8>)>> {
+    let path = dir.join(name);
+    if fs.is_dir(&path) != Some(false) {
+        return Ok(None);
+    }
+    let file = fs.open(&path)?;
+    let bytes = read_whole(&file)?;
+    let Some(generation) = fmt::decode_header(&bytes) else {
+        // The header is written only to empty the file, after every segment it covered
+        // was synced: one torn there holds nothing needed. Made anew by a round.
+        tracing::warn!(path = %path.display(), "a journal header is not whole: removing the file");
+        fs.remove_file(&path)?;
+        fs.sync_dir(dir)?;
+        return Ok(None);
+    };
+    Ok(Some((generation, file, bytes)))
 }
 
 /// Writes `entry`'s bytes into its segment file if that file is the one it was taken
@@ -198,12 +217,12 @@ mod tests {
         let older_at = j.len();
         entry(&mut j, 4, "t", crc, 200, b"an older generation's");
         entry(&mut j, 5, "t", crc, 300, b"after the journal's end");
-        fs.open_or_create(&dir.join(JOURNAL_FILE))
+        fs.open_or_create(&dir.join(FILE_NAMES[0]))
             .expect("journal")
             .write_all_at(&j, 0)
             .expect("write");
 
-        assert_eq!(replay(&fs, dir).expect("replay"), Some(6));
+        assert_eq!(replay(&fs, dir).expect("replay"), 7);
         let seg = dir.join("topics/t").join(segment_file_name(0));
         assert_eq!(read(&fs, &seg, 32, 7), b"records");
         assert_eq!(read(&fs, &seg, 100, 8), b"", "another life's entry skipped");
@@ -217,8 +236,31 @@ mod tests {
         );
         // Emptied: a second replay copies nothing (the header's generation moved on).
         fs.open(&seg).expect("open").set_len(32).expect("cut");
-        assert_eq!(replay(&fs, dir).expect("again"), Some(7));
+        assert_eq!(replay(&fs, dir).expect("again"), 8);
         assert_eq!(read(&fs, &seg, 32, 7), b"");
+    }
+
+    /// Both files are copied back, whichever is older, and the generation handed on is
+    /// above both (a header written later never revives an old entry).
+    #[test]
+    fn both_files_are_copied_back_and_the_next_generation_is_above_both() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let (fs, dir) = (Fs::real(), tmp.path());
+        let crc = segment(&fs, dir, 0, 7);
+        for (name, generation, pos, data) in [
+            (FILE_NAMES[0], 9, 37, &b"newer"[..]),
+            (FILE_NAMES[1], 3, 32, &b"older"[..]),
+        ] {
+            let mut j = fmt::encode_header(generation).to_vec();
+            entry(&mut j, generation, "t", crc, pos, data);
+            fs.open_or_create(&dir.join(name))
+                .expect("journal")
+                .write_all_at(&j, 0)
+                .expect("write");
+        }
+        assert_eq!(replay(&fs, dir).expect("replay"), 12);
+        let seg = dir.join("topics/t").join(segment_file_name(0));
+        assert_eq!(read(&fs, &seg, 32, 10), b"oldernewer");
     }
 
     /// A journal whose header is not whole is removed: it is only written to empty the
@@ -227,15 +269,15 @@ mod tests {
     fn a_journal_with_a_torn_header_is_removed() {
         let tmp = tempfile::tempdir().expect("tempdir");
         let (fs, dir) = (Fs::real(), tmp.path());
-        let path = dir.join(JOURNAL_FILE);
+        let path = dir.join(FILE_NAMES[1]);
         let mut h = fmt::encode_header(3);
         h[20] ^= 1;
         fs.open_or_create(&path)
             .expect("journal")
             .write_all_at(&h, 0)
             .expect("write");
-        assert_eq!(replay(&fs, dir).expect("replay"), None);
+        assert_eq!(replay(&fs, dir).expect("replay"), 1);
         assert!(fs.is_dir(&path).is_none());
-        assert_eq!(replay(&fs, dir).expect("no journal"), None);
+        assert_eq!(replay(&fs, dir).expect("no journal"), 1);
     }
 }

@@ -84,9 +84,9 @@ impl Engine {
         fs.create_dir_all(&dir.join("topics"))?;
         // Before any log opens: what a crash left durable only in the journal goes back
         // into its segments, whatever the sync policy is now.
-        let generation = crate::journal::replay(&fs, &dir)?;
+        let next_generation = crate::journal::replay(&fs, &dir)?;
         let journal = matches!(opts.sync, crate::options::SyncPolicy::Always)
-            .then(|| Arc::new(Journal::new(&fs, &dir, generation)));
+            .then(|| Arc::new(Journal::new(&fs, &dir, next_generation)));
         let catalog = Catalog::open(&fs, &dir.join("catalog.redb"))?;
         let clean = catalog.was_clean()?;
         let engine = Engine {
