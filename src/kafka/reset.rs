@@ -70,12 +70,14 @@ impl Kafka {
             .reader()
             .offsets_for_times(tpl, self.timeout())
             .map_err(|e| kafka_err("asking for an offset by time", e))?;
-        let offset = found
-            .elements()
-            .first()
-            .map(|e| e.offset())
-            .unwrap_or(Offset::End);
-        match offset {
+        let Some(answer) = found.elements().into_iter().next() else {
+            return Ok(None);
+        };
+        // An error for the partition is the reset's failure, not "no record that late".
+        answer
+            .error()
+            .map_err(|e| kafka_err("asking for an offset by time", e))?;
+        match answer.offset() {
             Offset::Offset(o) => Ok(Some(to_u64(o))),
             _ => Ok(None),
         }
