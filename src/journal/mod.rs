@@ -47,7 +47,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use crate::error::Result;
 use crate::format::journal::{self as fmt, Target};
 use crate::io::Fs;
-use crate::log::segment::{Journaling, Segment};
+use crate::log::segment::{Journaling, Segment, Shown};
 use checkpoint::Running;
 use half::Half;
 
@@ -56,6 +56,17 @@ use half::Half;
 const HALF_BYTES: u64 = 32 << 20;
 /// The most bytes of one segment a round copies; more, and its file is synced instead.
 const ENTRY_DATA_MAX: usize = 1 << 20;
+/// The last generation a header may name: far beyond any real count, so that the next
+/// ones never overflow (open refuses a journal past it as damaged).
+pub(crate) const GENERATION_MAX: u64 = u64::MAX / 2;
+
+/// What is left of a round once the journal's lock is released.
+enum Done<'a> {
+    /// Durable through the journal: its consumers to wake.
+    Shown(Shown),
+    /// Not in the journal: its file is synced instead.
+    Direct(Journaling<'a>),
+}
 
 /// The shared journal of one data directory (`Sync=Always` only).
 pub(crate) struct Journal {
@@ -118,14 +129,33 @@ impl Journal {
             }
             return;
         }
-        self.journal_round(&mut st, segments);
+        let done = self.journal_round(&mut st, segments);
+        // With no lock of the journal held: a wake-up may drop the last handle (whose
+        // close takes it), and a sync of one topic's file need not hold up the others.
+        drop(st);
+        for d in done {
+            match d {
+                Done::Shown(s) => s.wake(),
+                Done::Direct(j) => drop(j.sync_instead()),
+            }
+        }
     }
 
     /// The round through the journal: each segment's bytes taken under its sync lock,
-    /// one write and sync, then each shown durable.
-    fn journal_round(&self, st: &mut State, segments: &[Arc<Segment>]) {
+    /// one write and sync, then each shown durable. Returns whom to wake, and the
+    /// segments whose own file is to be synced instead.
+    fn journal_round<'a>(&self, st: &mut State, segments: &'a [Arc<Segment>]) -> Vec<Done<'a>> {
         let cur = st.current;
-        let generation = self.generation_of(st, cur);
+        let Some(generation) = self.generation_of(st, cur) else {
+            st.off = true;
+            tracing::error!(
+                "the journal ran out of generations: syncing each topic's file from now on"
+            );
+            segments.iter().for_each(|s| drop(s.sync()));
+            return Vec::new();
+        };
+        // What does not fit is synced in its own file: the journal never outgrows its size.
+        let room = st.halves[cur].room(self.capacity) as usize;
         let mut taken = Vec::with_capacity(segments.len());
         let mut direct = Vec::new();
         let mut buf = std::mem::take(&mut st.buf);
@@ -134,7 +164,8 @@ impl Journal {
             let Ok(Some(j)) = seg.journaling() else {
                 continue;
             };
-            if j.len() > ENTRY_DATA_MAX || add_entry(&mut buf, generation, &j).is_err() {
+            let fits = j.len() <= ENTRY_DATA_MAX && buf.len() + entry_len(&j) <= room;
+            if !fits || add_entry(&mut buf, generation, &j).is_err() {
                 direct.push(j);
             } else {
                 taken.push((seg, j));
@@ -142,33 +173,30 @@ impl Journal {
         }
         let written = self.write(st, cur, generation, &buf);
         st.buf = buf;
-        for j in direct {
-            let _ = j.sync_instead();
-        }
+        let mut done: Vec<Done<'a>> = direct.into_iter().map(Done::Direct).collect();
         if let Err(e) = written {
             tracing::error!(error = %e, "the journal failed: syncing each topic's file from now on");
             st.off = true;
-            for (_, j) in taken {
-                let _ = j.sync_instead();
-            }
-            return;
+            done.extend(taken.into_iter().map(|(_, j)| Done::Direct(j)));
+            return done;
         }
         for (seg, j) in taken {
             st.halves[cur]
                 .unsynced
                 .entry(Arc::as_ptr(seg) as usize)
                 .or_insert_with(|| seg.clone());
-            j.durable();
+            done.extend(j.durable().map(Done::Shown));
         }
+        done
     }
 
     /// The generation entries of file `half` carry: its header's, or the one a file made
-    /// now gets.
-    fn generation_of(&self, st: &mut State, half: usize) -> u64 {
+    /// now gets (`None`: none is left).
+    fn generation_of(&self, st: &mut State, half: usize) -> Option<u64> {
         if st.halves[half].file.is_some() {
-            st.halves[half].generation
+            Some(st.halves[half].generation)
         } else {
-            st.next_generation
+            (st.next_generation <= GENERATION_MAX).then_some(st.next_generation)
         }
     }
 
@@ -203,10 +231,17 @@ impl Journal {
         }
         let cur = st.current;
         let h = &mut st.halves[cur];
-        if let Some(file) = h.file.take() {
+        if h.file.is_some() {
+            let Some(generation) = take_generation(st) else {
+                tracing::error!(
+                    "the journal ran out of generations: syncing each topic's file from now on"
+                );
+                st.off = true;
+                return;
+            };
+            let h = &mut st.halves[cur];
+            let file = h.file.take().expect("checked above");
             let segments: Vec<Arc<Segment>> = h.unsynced.drain().map(|(_, s)| s).collect();
-            let generation = st.next_generation;
-            st.next_generation += 1;
             st.running = Some(checkpoint::start(cur, file, segments, generation));
         }
         st.current = 1 - cur;
@@ -240,8 +275,9 @@ impl Journal {
             for i in 0..2 {
                 let segments: Vec<Arc<Segment>> =
                     st.halves[i].unsynced.drain().map(|(_, s)| s).collect();
-                let generation = st.next_generation;
-                st.next_generation += 1;
+                let Some(generation) = take_generation(&mut st) else {
+                    break;
+                };
                 let emptied = checkpoint::sync_all(&segments)
                     && st.halves[i]
                         .file
@@ -261,6 +297,20 @@ impl Journal {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+/// The next generation for a header (`None`: past `GENERATION_MAX`).
+fn take_generation(st: &mut State) -> Option<u64> {
+    let g = st.next_generation;
+    (g <= GENERATION_MAX).then(|| {
+        st.next_generation += 1;
+        g
+    })
+}
+
+/// The bytes `j`'s entry takes in the journal.
+fn entry_len(j: &Journaling<'_>) -> usize {
+    fmt::ENTRY_HEAD_LEN + j.topic().len().min(fmt::NAME_MAX) + j.len()
 }
 
 /// Adds `j`'s entry to the round.

@@ -9,10 +9,10 @@
 //!   anew) has another header crc: its entries are skipped. So is a file that is gone.
 //! - Copying twice (a crash during replay) writes the same bytes again.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::FILE_NAMES;
+use super::{FILE_NAMES, GENERATION_MAX};
 use crate::error::{Error, Result};
 use crate::format::journal::{self as fmt, Entry, JOURNAL_HEADER_LEN};
 use crate::format::segment::SEGMENT_HEADER_LEN;
@@ -33,20 +33,34 @@ pub(crate) fn replay(fs: &Fs, dir: &Path) -> Result<u64> {
         }
     }
     found.sort_by_key(|(generation, _, _)| *generation);
-    // Each segment file opened once, with its header's crc.
-    let mut touched: HashMap<PathBuf, (DataFile, u32)> = HashMap::new();
-    let mut copied = 0usize;
+    // The headers written below take the generations after the newest.
+    let newest = found.last().map_or(0, |(g, _, _)| *g);
+    if newest > GENERATION_MAX {
+        return Err(Error::corrupt(
+            dir.join(FILE_NAMES[0]),
+            format!("a journal of generation {newest} (at most {GENERATION_MAX})"),
+        ));
+    }
+    // By segment file, in the journals' order within each (the older file's first): one
+    // file open at a time, since a generation can name more files than the process may
+    // hold descriptors (found by review).
+    let mut by_file: BTreeMap<PathBuf, Vec<Entry<'_>>> = BTreeMap::new();
     for (generation, _, bytes) in &found {
         let mut at = JOURNAL_HEADER_LEN;
         while let Some((entry, n)) = fmt::decode_entry(&bytes[at..], *generation) {
             at += n;
-            copied += usize::from(copy_back(fs, dir, &entry, &mut touched)?);
+            if let Some(path) = target_path(dir, &entry) {
+                by_file.entry(path).or_default().push(entry);
+            }
         }
     }
-    for (f, _) in touched.values() {
-        f.sync_data()?;
+    let (mut copied, mut files) = (0usize, 0usize);
+    for (path, entries) in &by_file {
+        let n = copy_back(fs, path, entries)?;
+        copied += n;
+        files += usize::from(n > 0);
     }
-    let mut next = found.last().map_or(1, |(g, _, _)| g + 1);
+    let mut next = newest + 1;
     for (_, file, _) in &found {
         file.write_all_at(&fmt::encode_header(next), 0)?;
         file.sync_data()?;
@@ -55,7 +69,7 @@ pub(crate) fn replay(fs: &Fs, dir: &Path) -> Result<u64> {
     if copied > 0 {
         tracing::info!(
             entries = copied,
-            files = touched.len(),
+            files,
             "copied the journal back into the topics"
         );
     }
@@ -82,43 +96,47 @@ fn read(fs: &Fs, dir: &Path, name: &str) -> Result<Option<(u64, DataFile, Vec<u8
     Ok(Some((generation, file, bytes)))
 }
 
-/// Writes `entry`'s bytes into its segment file if that file is the one it was taken
-/// from; whether it did.
-fn copy_back(
-    fs: &Fs,
-    dir: &Path,
-    entry: &Entry<'_>,
-    touched: &mut HashMap<PathBuf, (DataFile, u32)>,
-) -> Result<bool> {
+/// The segment file `entry` names; `None` if its name is no topic's.
+fn target_path(dir: &Path, entry: &Entry<'_>) -> Option<PathBuf> {
     let t = entry.target;
     // A damaged journal must not name a file outside the topics (the crc makes that
     // unlikely; the name rule makes it impossible).
     if crate::names::check(t.topic).is_err() {
         tracing::warn!(topic = t.topic, "the journal names no topic: entry skipped");
-        return Ok(false);
+        return None;
     }
-    let path = dir
-        .join("topics")
-        .join(t.topic)
-        .join(segment_file_name(t.base));
-    if !touched.contains_key(&path) {
-        if fs.is_dir(&path) != Some(false) {
-            return Ok(false);
-        }
-        let file = fs.open(&path)?;
-        let mut h = [0u8; SEGMENT_HEADER_LEN];
-        if file.read_at(&mut h, 0)? < SEGMENT_HEADER_LEN {
-            return Ok(false);
-        }
-        let crc = u32::from_le_bytes([h[28], h[29], h[30], h[31]]);
-        touched.insert(path.clone(), (file, crc));
+    Some(
+        dir.join("topics")
+            .join(t.topic)
+            .join(segment_file_name(t.base)),
+    )
+}
+
+/// Writes the bytes of `entries` (all naming `path`) into that file, each only if the
+/// file is the one it was taken from (its header's crc), then syncs it; how many it
+/// wrote.
+fn copy_back(fs: &Fs, path: &Path, entries: &[Entry<'_>]) -> Result<usize> {
+    if fs.is_dir(path) != Some(false) {
+        return Ok(0);
     }
-    let (file, crc) = &touched[&path];
-    if *crc != t.segment_header_crc {
-        return Ok(false);
+    let file = fs.open(path)?;
+    let mut h = [0u8; SEGMENT_HEADER_LEN];
+    if file.read_at(&mut h, 0)? < SEGMENT_HEADER_LEN {
+        return Ok(0);
     }
-    file.write_all_at(entry.data, t.position)?;
-    Ok(true)
+    let crc = u32::from_le_bytes([h[28], h[29], h[30], h[31]]);
+    let mut copied = 0;
+    for e in entries
+        .iter()
+        .filter(|e| e.target.segment_header_crc == crc)
+    {
+        file.write_all_at(e.data, e.target.position)?;
+        copied += 1;
+    }
+    if copied > 0 {
+        file.sync_data()?;
+    }
+    Ok(copied)
 }
 
 /// The journal file's bytes (bounded: a larger file is not one this code wrote).
@@ -261,6 +279,31 @@ mod tests {
         assert_eq!(replay(&fs, dir).expect("replay"), 12);
         let seg = dir.join("topics/t").join(segment_file_name(0));
         assert_eq!(read(&fs, &seg, 32, 10), b"oldernewer");
+    }
+
+    /// A header naming a generation past `GENERATION_MAX` (damage, or forged) is an
+    /// error at open, never an overflow when the next generations are handed out
+    /// (found by review: `u64::MAX` panicked).
+    #[test]
+    fn a_journal_past_the_last_generation_is_an_error() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let (fs, dir) = (Fs::real(), tmp.path());
+        for generation in [GENERATION_MAX + 1, u64::MAX] {
+            fs.open_or_create(&dir.join(FILE_NAMES[1]))
+                .expect("journal")
+                .write_all_at(&fmt::encode_header(generation), 0)
+                .expect("write");
+            let r = replay(&fs, dir);
+            assert!(
+                matches!(r, Err(Error::Corrupt { .. })),
+                "{generation}: {r:?}"
+            );
+        }
+        fs.open_or_create(&dir.join(FILE_NAMES[1]))
+            .expect("journal")
+            .write_all_at(&fmt::encode_header(GENERATION_MAX), 0)
+            .expect("write");
+        assert_eq!(replay(&fs, dir).expect("the last one"), GENERATION_MAX + 2);
     }
 
     /// A journal whose header is not whole is removed: it is only written to empty the

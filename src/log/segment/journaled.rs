@@ -115,15 +115,14 @@ impl Journaling<'_> {
     /// The journal holding the bytes is synced: they are durable. Shows them to readers
     /// and lets their publishers return, unless the topic stopped meanwhile (a false
     /// failure is safe, a false success is not).
-    pub(crate) fn durable(self) {
+    /// Returns whom to wake (`None` if the topic stopped).
+    pub(crate) fn durable(self) -> Option<Shown> {
         let seg = self.seg;
-        if seg.check_poison().is_err() {
-            return;
-        }
+        seg.check_poison().ok()?;
         let shown = seg.show(self.staged);
         seg.journaled.fetch_max(self.end, Ordering::AcqRel);
         drop(self.one);
-        shown.wake();
+        Some(shown)
     }
 
     /// The journal could not take the bytes: syncs the segment's file instead (a failure

@@ -215,10 +215,10 @@ type TakenStage = (SegmentSummary, Vec<IndexEntry>, Arc<Visibility>);
 
 /// Whom to wake once records were shown (after the sync lock is released: a wake-up may
 /// run a consumer's read of this segment).
-struct Shown(Option<Arc<Visibility>>);
+pub(crate) struct Shown(Option<Arc<Visibility>>);
 
 impl Shown {
-    fn wake(self) {
+    pub(crate) fn wake(self) {
         if let Some(f) = self.0.as_ref().and_then(|v| v.on_visible.get()) {
             f();
         }
