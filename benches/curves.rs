@@ -279,35 +279,7 @@ fn spool_round_robin(dir: &Path, names: &[String]) -> f64 {
 fn spool_spread(dir: &Path, names: &[String]) -> f64 {
     let mq = open(dir, SyncPolicy::Always);
     let rt = rt();
-    let names = Arc::new(names.to_vec());
-    let payload = bytes::Bytes::from(vec![7u8; 1024]);
-    let start = Instant::now();
-    let deadline = start + window();
-    let done: usize = rt.block_on(async {
-        let tasks: Vec<_> = (0..PUBLISHERS)
-            .map(|p| {
-                let (mq, names, payload) = (mq.clone(), names.clone(), payload.clone());
-                tokio::spawn(async move {
-                    let h = Headers::new();
-                    let mut k = 0;
-                    while Instant::now() < deadline {
-                        let topic = &names[(p + PUBLISHERS * k) % names.len()];
-                        mq.publish(topic, payload.clone(), &h)
-                            .await
-                            .expect("publish");
-                        k += 1;
-                    }
-                    k
-                })
-            })
-            .collect();
-        let mut done = 0;
-        for t in tasks {
-            done += t.await.expect("publisher");
-        }
-        done
-    });
-    let rate = done as f64 / start.elapsed().as_secs_f64();
+    let rate = common::publish_spread(&rt, &mq, &Arc::new(names.to_vec()), window());
     rt.block_on(mq.close()).expect("close");
     rate
 }

@@ -12,13 +12,12 @@ mod common;
 
 use std::process::Command;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{open, rt, runs_or};
 use spool::{Headers, SyncPolicy};
 
 const POINTS: [usize; 5] = [1, 10, 100, 1_000, 5_000];
-const PUBLISHERS: usize = 64;
 const CHILD_ENV: &str = "SPOOL_BENCH_SPREAD_TOPICS";
 const SOFT_LIMIT: u64 = 1_024;
 
@@ -93,33 +92,7 @@ fn child(topics: usize) {
                 .expect("create");
         }
     });
-    let payload = bytes::Bytes::from(vec![7u8; 1024]);
-    let start = Instant::now();
-    let deadline = start + window();
-    let done: usize = rt.block_on(async {
-        let tasks: Vec<_> = (0..PUBLISHERS)
-            .map(|p| {
-                let (mq, names, payload) = (mq.clone(), names.clone(), payload.clone());
-                tokio::spawn(async move {
-                    let h = Headers::new();
-                    let mut k = 0;
-                    while Instant::now() < deadline {
-                        let topic = &names[(p + PUBLISHERS * k) % names.len()];
-                        mq.publish(topic, payload.clone(), &h)
-                            .await
-                            .expect("publish");
-                        k += 1;
-                    }
-                    k
-                })
-            })
-            .collect();
-        let mut done = 0;
-        for t in tasks {
-            done += t.await.expect("publisher");
-        }
-        done
-    });
-    println!("{}", done as f64 / start.elapsed().as_secs_f64());
+    let rate = common::publish_spread(&rt, &mq, &names, window());
+    println!("{rate}");
     rt.block_on(mq.close()).expect("close");
 }

@@ -112,3 +112,42 @@ pub fn fill(mq: &Spool, rt: &tokio::runtime::Runtime, topic: &str, count: usize,
         }
     });
 }
+
+/// Publishes 1 KiB from 64 tasks under `mq` until `window` has passed, task `p`'s `k`-th
+/// publish to `names[(p + 64k) mod len]` (issue 31's spread pattern); returns msg/s.
+pub fn publish_spread(
+    rt: &tokio::runtime::Runtime,
+    mq: &Spool,
+    names: &std::sync::Arc<Vec<String>>,
+    window: Duration,
+) -> f64 {
+    const PUBLISHERS: usize = 64;
+    let payload = bytes::Bytes::from(vec![7u8; 1024]);
+    let start = Instant::now();
+    let deadline = start + window;
+    let done: usize = rt.block_on(async {
+        let tasks: Vec<_> = (0..PUBLISHERS)
+            .map(|p| {
+                let (mq, names, payload) = (mq.clone(), names.clone(), payload.clone());
+                tokio::spawn(async move {
+                    let h = Headers::new();
+                    let mut k = 0;
+                    while Instant::now() < deadline {
+                        let topic = &names[(p + PUBLISHERS * k) % names.len()];
+                        mq.publish(topic, payload.clone(), &h)
+                            .await
+                            .expect("publish");
+                        k += 1;
+                    }
+                    k
+                })
+            })
+            .collect();
+        let mut done = 0;
+        for t in tasks {
+            done += t.await.expect("publisher");
+        }
+        done
+    });
+    done as f64 / start.elapsed().as_secs_f64()
+}

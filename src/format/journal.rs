@@ -14,6 +14,8 @@
 //! **Invariant:** an entry counts only if its generation is the header's and its crc
 //! matches; the first one that does not ends the journal.
 
+use super::segment::{le_u32, le_u64};
+
 /// `b"SPJ"` + format version 1.
 pub const JOURNAL_MAGIC: [u8; 4] = [b'S', b'P', b'J', 1];
 pub const JOURNAL_HEADER_LEN: usize = 32;
@@ -114,17 +116,6 @@ pub fn decode_entry(b: &[u8], generation: u64) -> Option<(Entry<'_>, usize)> {
     };
     let data = &e[ENTRY_HEAD_LEN + name_len..];
     Some((Entry { target, data }, len))
-}
-
-fn le_u64(b: &[u8], at: usize) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[at..at + 8]);
-    u64::from_le_bytes(a)
-}
-fn le_u32(b: &[u8], at: usize) -> u32 {
-    let mut a = [0u8; 4];
-    a.copy_from_slice(&b[at..at + 4]);
-    u32::from_le_bytes(a)
 }
 
 #[cfg(test)]

@@ -68,12 +68,12 @@ pub struct SegmentSummary {
     pub id_count: u64,
 }
 
-fn le_u64(b: &[u8], at: usize) -> u64 {
+pub(super) fn le_u64(b: &[u8], at: usize) -> u64 {
     let mut a = [0u8; 8];
     a.copy_from_slice(&b[at..at + 8]);
     u64::from_le_bytes(a)
 }
-fn le_u32(b: &[u8], at: usize) -> u32 {
+pub(super) fn le_u32(b: &[u8], at: usize) -> u32 {
     let mut a = [0u8; 4];
     a.copy_from_slice(&b[at..at + 4]);
     u32::from_le_bytes(a)
