@@ -121,6 +121,7 @@ async fn spool_side(servers: &str, topic: &str, count: usize) -> (f64, f64) {
     let mut got = 0;
     let mut start = None;
     let (mut in_recv, mut in_ack) = (Duration::ZERO, Duration::ZERO);
+    let mut nb = 0;
     while got < count {
         let t = Instant::now();
         let Ok(batch) =
@@ -135,12 +136,15 @@ async fn spool_side(servers: &str, topic: &str, count: usize) -> (f64, f64) {
         }
         start.get_or_insert_with(Instant::now);
         got += batch.len();
+        nb += 1;
         let t = Instant::now();
         c.ack_all(batch).await.expect("ack_all");
         in_ack += t.elapsed();
     }
     if std::env::var_os("SPOOL_BENCH_DEBUG").is_some() {
-        eprintln!("spool consume: {in_recv:?} in recv_batch, {in_ack:?} in ack_all");
+        eprintln!(
+            "spool consume: {in_recv:?} in recv_batch, {in_ack:?} in ack_all; {nb} batches, {got} records"
+        );
     }
     let consume = got as f64 / start.map_or(1e-9, |s| s.elapsed().as_secs_f64());
     drop(c);

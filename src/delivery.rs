@@ -61,15 +61,22 @@ impl Delivery {
         if other.is_empty() {
             return crate::runtime::ack_all(embedded).await;
         }
-        let acks: Vec<_> = other.into_iter().map(Delivery::ack).collect();
-        let embedded = crate::runtime::ack_all(embedded).await;
-        let mut first_err = embedded.err();
-        for a in acks {
-            if let Err(e) = a.await {
-                first_err.get_or_insert(e);
-            }
+        #[cfg(feature = "kafka")]
+        {
+            let kafka: Vec<KafkaDelivery> = other
+                .into_iter()
+                .filter_map(|d| match d.inner {
+                    DeliveryBackend::Kafka(k) => Some(k),
+                    DeliveryBackend::Embedded(_) => None,
+                })
+                .collect();
+            let acks = KafkaDelivery::ack_all(kafka);
+            let embedded = crate::runtime::ack_all(embedded).await;
+            let kafka = acks.await;
+            embedded.and(kafka)
         }
-        first_err.map_or(Ok(()), Err)
+        #[cfg(not(feature = "kafka"))]
+        unreachable!("only Kafka deliveries are not embedded")
     }
 
     /// [`crate::Consumer::nack_all`].

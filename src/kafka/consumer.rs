@@ -420,6 +420,58 @@ impl KafkaDelivery {
         async move { shared.durable(version?, offset).await }
     }
 
+    /// Acks every delivery of `ds` at once: under one lock and with one version per group,
+    /// so that one commit carries them all (acked one by one, the committer woke at the
+    /// first and committed the batch in two). The future waits for that commit; it returns
+    /// the first error in the order given (a stale delivery changes nothing, the others
+    /// are acked all the same).
+    pub(crate) fn ack_all(
+        ds: Vec<KafkaDelivery>,
+    ) -> impl std::future::Future<Output = Result<()>> + Send + 'static {
+        let mut errors: Vec<(usize, Error)> = Vec::new();
+        let mut waits = Vec::new();
+        let mut left: Vec<(usize, KafkaDelivery)> = ds.into_iter().enumerate().collect();
+        let mut done = Vec::with_capacity(left.len());
+        while let Some((_, first)) = left.first() {
+            let shared = first.group.shared.clone();
+            let (mine, rest): (Vec<_>, Vec<_>) = left
+                .into_iter()
+                .partition(|(_, d)| Arc::ptr_eq(&d.group.shared, &shared));
+            left = rest;
+            let mut st = shared.lock();
+            let mut first_ok = None;
+            for (i, mut d) in mine {
+                match d.settle(&mut st) {
+                    Ok(()) => {
+                        let part = st.parts.get_mut(&d.partition).expect("settled: assigned");
+                        part.floor.finish(d.record.offset);
+                        st.counts.acked += 1;
+                        first_ok.get_or_insert((i, d.record.offset));
+                    }
+                    Err(e) => errors.push((i, e)),
+                }
+                // Dropped after the lock: a last reference to the group stops it.
+                done.push(d);
+            }
+            if let Some((i, offset)) = first_ok {
+                let version = shared.changed(&mut st);
+                waits.push((i, shared.clone(), version, offset));
+            }
+            drop(st);
+            shared.room.notify_waiters();
+        }
+        drop(done);
+        async move {
+            for (i, shared, version, offset) in waits {
+                if let Err(e) = shared.durable(version, Some(offset)).await {
+                    errors.push((i, e));
+                }
+            }
+            errors.sort_by_key(|(i, _)| *i);
+            errors.into_iter().next().map_or(Ok(()), |(_, e)| Err(e))
+        }
+    }
+
     /// Records a failed attempt, puts the record back at once (so a failed or dropped
     /// commit cannot lose it), then waits for the attempt's commit; or dead-letters.
     pub(crate) async fn nack(
