@@ -28,10 +28,7 @@ impl Segment {
         self.check_poison()?;
         let staged = self.take_staged();
         let end = staged.as_ref().map_or(self.end(), |(w, _, _)| w.bytes);
-        let from = self
-            .synced
-            .load(Ordering::Acquire)
-            .max(self.journaled.load(Ordering::Acquire));
+        let from = self.durable_bytes();
         if from >= end {
             // Durable records are shown already; this only keeps the stage's entries.
             let shown = self.show(staged);
@@ -57,13 +54,16 @@ impl Segment {
         self.journaled.load(Ordering::Acquire) >= staged.written.bytes
     }
 
+    /// Bytes durable by a sync of the file or through the journal.
+    pub(super) fn durable_bytes(&self) -> u64 {
+        self.synced
+            .load(Ordering::Acquire)
+            .max(self.journaled.load(Ordering::Acquire))
+    }
+
     /// How many bytes were written and are not durable yet (more may come meanwhile).
     pub(crate) fn pending_bytes(&self) -> u64 {
-        let durable = self
-            .synced
-            .load(Ordering::Acquire)
-            .max(self.journaled.load(Ordering::Acquire));
-        self.written().bytes.saturating_sub(durable)
+        self.written().bytes.saturating_sub(self.durable_bytes())
     }
 
     /// The topic's name: the segment's directory.

@@ -416,7 +416,7 @@ impl Segment {
     /// Whether the bytes below `end` are already durable (by a sync of the file or
     /// through the journal).
     pub fn is_synced_to(&self, end: u64) -> bool {
-        self.synced.load(Ordering::Acquire) >= end || self.journaled.load(Ordering::Acquire) >= end
+        self.durable_bytes() >= end
     }
 
     /// Called by the writer after appending `entries` and the bytes up to `end`. Under
