@@ -12,12 +12,17 @@ use crate::log::segment::Segment;
 
 /// A checkpoint under way.
 pub(super) struct Running {
-    join: Option<JoinHandle<Outcome>>,
-    /// Done already: the thread could not be started, so it ran on the caller's.
-    done: Option<Outcome>,
+    run: Run,
     /// Which file, and the generation its header gets.
     pub(super) half: usize,
     pub(super) generation: u64,
+}
+
+/// Where a checkpoint runs.
+enum Run {
+    Thread(JoinHandle<Outcome>),
+    /// Done already: the thread could not be started, so it ran on the caller's.
+    Done(Outcome),
 }
 
 /// A checkpoint's end: the file back, and whether every sync and the emptying succeeded.
@@ -44,17 +49,16 @@ pub(super) fn start(
             .name("spool-checkpoint".into())
             .spawn(move || run(&job, generation))
     };
-    let (join, done) = match spawned {
-        Ok(join) => (Some(join), None),
+    let run = match spawned {
+        Ok(join) => Run::Thread(join),
         // The thread never ran: the job is still there.
         Err(e) => {
             tracing::warn!(error = %e, "no thread for the journal's checkpoint: it runs on the sync thread");
-            (None, Some(run(&job, generation)))
+            Run::Done(run(&job, generation))
         }
     };
     Running {
-        join,
-        done,
+        run,
         half,
         generation,
     }
@@ -72,11 +76,11 @@ fn run(job: &Job, generation: u64) -> Outcome {
 
 impl Running {
     /// Waits for the checkpoint; `None` if its thread panicked.
-    pub(super) fn finish(mut self) -> Option<Outcome> {
-        if let Some(done) = self.done.take() {
-            return Some(done);
+    pub(super) fn finish(self) -> Option<Outcome> {
+        match self.run {
+            Run::Done(done) => Some(done),
+            Run::Thread(join) => join.join().ok(),
         }
-        self.join.take()?.join().ok()
     }
 }
 
