@@ -124,10 +124,11 @@ impl Spool {
 
     /// Acks the group's cursor (must equal `offset`).
     pub async fn ack(&self, topic: &str, group: &str, offset: u64) -> Result<()> {
-        self.backend
-            .embedded("ack")?
-            .ack(topic, group, offset)
-            .await
+        match &self.backend {
+            Backend::Embedded(e) => e.ack(topic, group, offset).await,
+            #[cfg(feature = "kafka")]
+            Backend::Kafka(k) => k.ack_offset(topic, group, offset).await,
+        }
     }
 
     /// Nacks the group's cursor (must equal `offset`). It waits the `Nack Backoff`
@@ -139,10 +140,11 @@ impl Spool {
         offset: u64,
         reason: &str,
     ) -> Result<NackOutcome> {
-        self.backend
-            .embedded("nack")?
-            .nack(topic, group, offset, reason, None)
-            .await
+        match &self.backend {
+            Backend::Embedded(e) => e.nack(topic, group, offset, reason, None).await,
+            #[cfg(feature = "kafka")]
+            Backend::Kafka(k) => k.nack_offset(topic, group, offset, reason, None).await,
+        }
     }
 
     /// Nacks the group's cursor (must equal `offset`); it is not delivered again before
@@ -155,10 +157,12 @@ impl Spool {
         reason: &str,
         delay: std::time::Duration,
     ) -> Result<NackOutcome> {
-        self.backend
-            .embedded("nack_with_delay")?
-            .nack(topic, group, offset, reason, Some(delay))
-            .await
+        let delay = Some(delay);
+        match &self.backend {
+            Backend::Embedded(e) => e.nack(topic, group, offset, reason, delay).await,
+            #[cfg(feature = "kafka")]
+            Backend::Kafka(k) => k.nack_offset(topic, group, offset, reason, delay).await,
+        }
     }
 
     /// Moves the group's cursor; returns the new cursor.

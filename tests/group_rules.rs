@@ -327,6 +327,115 @@ async fn a_delayed_nack_waits(b: Backend) {
     assert_eq!(recv(&mut c).await.offset(), 1);
 }
 
+/// Low-level `ack` and `nack` address the group's cursor only (partition 0 under Kafka),
+/// with no consumer open and beside one: a delivery of the record they take is stale, and
+/// a nack at the limit dead-letters once, as a delivery's does.
+async fn low_level_ack_and_nack(b: Backend) {
+    let mq = b.open("Max Delivery Attempts=2");
+    publish_n(&mq, "t", 4).await;
+    let cursor = |mq: &spool::Spool| mq.group_info("t", "g").expect("info").cursor;
+    assert!(
+        matches!(
+            mq.ack("t", "g", 1).await,
+            Err(Error::NotAtCursor {
+                expected: 0,
+                actual: 1
+            })
+        ),
+        "only the cursor"
+    );
+    mq.ack("t", "g", 0).await.expect("ack 0");
+    assert_eq!(cursor(&mq), 1);
+    let first = mq.nack("t", "g", 1, "no").await.expect("nack 1");
+    assert_eq!(
+        (
+            first.delivery_attempt,
+            first.dead_lettered,
+            first.next_offset
+        ),
+        (1, false, 1)
+    );
+    let second = mq
+        .nack("t", "g", 1, "still no")
+        .await
+        .expect("nack 1 again");
+    assert_eq!(
+        (
+            second.delivery_attempt,
+            second.dead_lettered,
+            second.next_offset
+        ),
+        (2, true, 2)
+    );
+    let copies = mq.fetch("t.dlq", 0, 10).await.expect("fetch the dlq");
+    assert_eq!(copies.len(), 1, "one copy");
+    let h = copies[0].headers();
+    assert_eq!(copies[0].payload().as_ref(), b"m1");
+    assert_eq!(h.get("x-original-offset").map(String::as_str), Some("1"));
+    assert_eq!(h.get("x-delivery-attempts").map(String::as_str), Some("2"));
+    assert_eq!(
+        h.get("x-dead-letter-reason").map(String::as_str),
+        Some("still no")
+    );
+    assert_eq!(cursor(&mq), 2);
+
+    // Beside a consumer of the group.
+    let mut c = mq
+        .consumer("t", "g")
+        .manual_ack()
+        .build()
+        .expect("consumer");
+    let d2 = recv(&mut c).await;
+    assert_eq!((d2.offset(), d2.attempt()), (2, 1));
+    mq.ack("t", "g", 2)
+        .await
+        .expect("ack 2 beside its delivery");
+    assert!(
+        matches!(d2.ack().await, Err(Error::StaleDelivery { offset: 2 })),
+        "the delivery of a record acked by offset is stale"
+    );
+    assert_eq!(cursor(&mq), 3);
+    let d3 = recv(&mut c).await;
+    assert_eq!((d3.offset(), d3.attempt()), (3, 1));
+    let out = mq.nack("t", "g", 3, "again").await.expect("nack 3");
+    assert_eq!(
+        (out.delivery_attempt, out.dead_lettered, out.next_offset),
+        (1, false, 3)
+    );
+    assert!(matches!(
+        d3.ack().await,
+        Err(Error::StaleDelivery { offset: 3 })
+    ));
+    let again = recv(&mut c).await;
+    assert_eq!((again.offset(), again.attempt()), (3, 2), "redelivered");
+    let last = mq.nack("t", "g", 3, "last").await.expect("nack 3 again");
+    assert_eq!(
+        (last.delivery_attempt, last.dead_lettered, last.next_offset),
+        (2, true, 4)
+    );
+    assert!(matches!(
+        again.ack().await,
+        Err(Error::StaleDelivery { offset: 3 })
+    ));
+    let copies = mq.fetch("t.dlq", 0, 10).await.expect("fetch the dlq");
+    assert_eq!(copies.len(), 2, "one copy each");
+    assert_eq!(
+        copies[1]
+            .headers()
+            .get("x-original-offset")
+            .map(String::as_str),
+        Some("3")
+    );
+    assert_eq!(cursor(&mq), 4);
+    assert!(
+        matches!(
+            mq.ack("t", "g", 4).await,
+            Err(Error::OffsetOutOfRange { offset: 4, next: 4 })
+        ),
+        "nothing at the log's end"
+    );
+}
+
 macro_rules! in_every_mode {
     ($($rule:ident),* $(,)?) => {
         mod embedded {
@@ -357,4 +466,5 @@ in_every_mode!(
     a_reset_fences,
     auto_ack,
     a_delayed_nack_waits,
+    low_level_ack_and_nack,
 );

@@ -321,7 +321,8 @@ async fn a_rebalance_loses_nothing_and_fences_the_lost_partitions() {
 
 /// A reset through this instance's own member moves it: a delivery out is stale, and
 /// consumption goes on from the new cursor. From outside, on a group never joined, the
-/// offsets are committed. A group with a member elsewhere refuses it: `GroupInUse`.
+/// offsets are committed. A group with a member elsewhere refuses it (and a low-level
+/// ack or nack): `GroupInUse`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reset_moves_own_members_and_refuses_groups_in_use_elsewhere() {
     let cluster = Cluster::new(&["rs"]);
@@ -374,6 +375,22 @@ async fn reset_moves_own_members_and_refuses_groups_in_use_elsewhere() {
         }
         r => panic!("expected GroupInUse, got {r:?}"),
     }
+    // So are the low-level ack and nack of its cursor, for the same reason.
+    let cursor = other.group_info("rs", "g").expect("info").cursor;
+    assert!(
+        matches!(
+            other.ack("rs", "g", cursor).await,
+            Err(Error::GroupInUse { .. })
+        ),
+        "ack by offset from outside"
+    );
+    assert!(
+        matches!(
+            other.nack("rs", "g", cursor, "x").await,
+            Err(Error::GroupInUse { .. })
+        ),
+        "nack by offset from outside"
+    );
 }
 
 /// `message-id` de-duplication: a retry gets the original offset and produces nothing,

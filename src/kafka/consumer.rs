@@ -28,6 +28,7 @@ use crate::format::record::{Record, system_time_ms};
 use crate::options::MAX_MS;
 use crate::queue::NackOutcome;
 
+mod by_offset;
 mod dead_letter;
 
 /// A consumer's settings, as the public builder set them.

@@ -353,6 +353,17 @@ fn commit<C: ConsumerContext, K: rdkafka::consumer::Consumer<C>>(
     if floors.is_empty() {
         return Ok(());
     }
+    let tpl = commit_list(topic, floors)?;
+    consumer
+        .commit(&tpl, CommitMode::Sync)
+        .map_err(|e| kafka_err("committing the group's offsets", e))
+}
+
+/// The list a commit of `floors` (partition, cursor, metadata) sends.
+pub(super) fn commit_list(
+    topic: &str,
+    floors: &[(i32, u64, String)],
+) -> Result<TopicPartitionList> {
     let mut tpl = TopicPartitionList::with_capacity(floors.len());
     for (p, cursor, metadata) in floors {
         debug_assert!(
@@ -364,9 +375,7 @@ fn commit<C: ConsumerContext, K: rdkafka::consumer::Consumer<C>>(
             .map_err(|e| kafka_err("preparing a commit", e))?;
         e.set_metadata(metadata.as_str());
     }
-    consumer
-        .commit(&tpl, CommitMode::Sync)
-        .map_err(|e| kafka_err("committing the group's offsets", e))
+    Ok(tpl)
 }
 
 /// The committed floors of `parts`; a partition never committed starts at its earliest.

@@ -10,8 +10,10 @@
 //! - `group.rs`: a group's member in this process: its partitions, floors and committer.
 //! - `poller.rs`: a group member's poll thread, the only reader of its consumer.
 //! - `consumer.rs`: the consumer and delivery handles over a group.
+//! - `consumer/by_offset.rs`: the low-level `ack` and `nack` of partition 0's cursor.
 //! - `reset.rs`: `reset_offset` (moving this process's member, or committing from
 //!   outside the group) and `groups`.
+//! - `outside.rs`: a group's commit read and written with no member joining.
 //!
 //! **Invariant:** the committed offset of a partition is its floor's cursor: a commit never
 //! passes a record that is neither acked nor dead-lettered (Brighter's ADR 0055 failure,
@@ -35,6 +37,7 @@ mod consumer;
 mod dedup;
 mod floor;
 mod group;
+mod outside;
 mod poller;
 mod produce;
 mod reset;

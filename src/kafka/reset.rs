@@ -11,13 +11,12 @@
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use rdkafka::consumer::{CommitMode, Consumer as _};
-use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::consumer::Consumer as _;
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::floor::Floor;
 use super::group::{self, Group};
-use super::{Kafka, blocking, clients, kafka_err, to_i64, to_u64};
+use super::{Kafka, blocking, clients, kafka_err, to_u64};
 use crate::error::{Error, Result};
 use crate::queue::OffsetReset;
 
@@ -43,7 +42,11 @@ impl Kafka {
             return Ok(cursor);
         }
         let (k, topic, group) = (self.clone(), topic.to_owned(), group.to_owned());
-        blocking(move || k.commit_from_outside(&topic, &group, &targets)).await?;
+        let floors: Vec<(i32, u64, String)> = targets
+            .iter()
+            .map(|(p, o)| (*p, *o, String::new()))
+            .collect();
+        blocking(move || k.commit_from_outside(&topic, &group, &floors)).await?;
         Ok(cursor)
     }
 
@@ -81,54 +84,6 @@ impl Kafka {
             Offset::Offset(o) => Ok(Some(to_u64(o))),
             _ => Ok(None),
         }
-    }
-
-    /// Commits `targets` for `group` without joining it. Blocking.
-    fn commit_from_outside(&self, topic: &str, group: &str, targets: &[(i32, u64)]) -> Result<()> {
-        let in_use = || Error::GroupInUse {
-            topic: topic.to_owned(),
-            group: group.to_owned(),
-        };
-        if self.group_members(group)? > 0 {
-            return Err(in_use());
-        }
-        let c = clients::member(self.options(), group, group::context_for_check())?;
-        let mut tpl = TopicPartitionList::with_capacity(targets.len());
-        for (p, o) in targets {
-            tpl.add_partition_offset(topic, *p, Offset::Offset(to_i64(*o)))
-                .map_err(|e| kafka_err("preparing a reset", e))?;
-        }
-        let r = c.commit(&tpl, CommitMode::Sync);
-        drop(tpl);
-        drop(c);
-        r.map_err(|e| match e.rdkafka_error_code() {
-            // The group has (or just had) members: their generation owns the offsets.
-            Some(
-                RDKafkaErrorCode::UnknownMemberId
-                | RDKafkaErrorCode::IllegalGeneration
-                | RDKafkaErrorCode::RebalanceInProgress,
-            ) => in_use(),
-            _ => kafka_err("committing a reset", e),
-        })
-    }
-
-    /// The members the broker lists for `group` (0 if it does not know it, or cannot
-    /// say: then the commit's own refusal tells).
-    fn group_members(&self, group: &str) -> Result<usize> {
-        let list = match self.reader().fetch_group_list(Some(group), self.timeout()) {
-            Ok(list) => list,
-            // librdkafka's mock cluster has no DescribeGroups.
-            Err(e) if e.rdkafka_error_code() == Some(RDKafkaErrorCode::UnsupportedFeature) => {
-                return Ok(0);
-            }
-            Err(e) => return Err(kafka_err("describing the group", e)),
-        };
-        Ok(list
-            .groups()
-            .iter()
-            .filter(|g| g.name() == group)
-            .map(|g| g.members().len())
-            .sum())
     }
 }
 

@@ -14,8 +14,8 @@
 
 use std::sync::Arc;
 
-use super::super::blocking;
 use super::super::group::Group;
+use super::super::{Kafka, blocking};
 use super::PutBack;
 use crate::error::{Error, Result};
 use crate::format::Headers;
@@ -77,7 +77,9 @@ pub(super) async fn dead_letter(
         return Err(Error::StaleDelivery { offset: o });
     }
     crate::fault::hit("kafka.dead_letter.after_intent");
-    produce_copy(&g, p, back.record(), attempts, reason, dlq).await?;
+    Source::of(&g, p)
+        .produce_copy(back.record(), attempts, reason, dlq)
+        .await?;
     crate::fault::hit("kafka.dead_letter.after_copy");
     let next_offset = finish(&g, p, o).await?;
     back.done();
@@ -99,10 +101,7 @@ pub(super) async fn resolve_intent(back: PutBack) -> Result<()> {
         back.done();
         return Ok(());
     };
-    let found = {
-        let (g, dlq) = (g.clone(), dlq.clone());
-        blocking(move || find_copy(&g, &dlq, p, o)).await?
-    };
+    let found = Source::of(&g, p).find_copy(&dlq, o).await?;
     if !found {
         let attempts = {
             let st = g.shared.lock();
@@ -112,7 +111,9 @@ pub(super) async fn resolve_intent(back: PutBack) -> Result<()> {
                 .map_or(0, |f| f.attempts)
         };
         let reason = "dead-lettered across a restart (the first copy was not found)";
-        produce_copy(&g, p, back.record(), attempts, reason, &dlq).await?;
+        Source::of(&g, p)
+            .produce_copy(back.record(), attempts, reason, &dlq)
+            .await?;
     }
     finish(&g, p, o).await?;
     back.done();
@@ -135,23 +136,57 @@ async fn finish(g: &Arc<Group>, p: i32, o: u64) -> Result<u64> {
     Ok(cursor)
 }
 
-async fn produce_copy(
-    g: &Group,
-    p: i32,
-    record: &Record,
-    attempts: u32,
-    reason: &str,
-    dlq: &str,
-) -> Result<()> {
-    let mut h: Headers = record.headers.clone();
-    h.insert(X_ORIGINAL_TOPIC.into(), g.topic.clone());
-    h.insert(X_ORIGINAL_PARTITION.into(), p.to_string());
-    h.insert(X_ORIGINAL_OFFSET.into(), record.offset.to_string());
-    h.insert(X_ORIGINAL_TIMESTAMP.into(), record.timestamp_ms.to_string());
-    h.insert(X_CONSUMER_GROUP.into(), g.name.clone());
-    h.insert(X_DELIVERY_ATTEMPTS.into(), attempts.to_string());
-    h.insert(X_DEAD_LETTER_REASON.into(), cut(reason).to_owned());
-    g.kafka.produce(dlq, &record.payload, &h).await.map(|_| ())
+/// Where a dead-lettered record came from: the copy's provenance.
+pub(super) struct Source<'a> {
+    pub kafka: &'a Kafka,
+    pub topic: &'a str,
+    pub group: &'a str,
+    pub partition: i32,
+}
+
+impl<'a> Source<'a> {
+    fn of(g: &'a Group, partition: i32) -> Source<'a> {
+        Source {
+            kafka: &g.kafka,
+            topic: &g.topic,
+            group: &g.name,
+            partition,
+        }
+    }
+
+    /// Produces `record`'s copy to `dlq` with the provenance headers.
+    pub async fn produce_copy(
+        &self,
+        record: &Record,
+        attempts: u32,
+        reason: &str,
+        dlq: &str,
+    ) -> Result<()> {
+        let mut h: Headers = record.headers.clone();
+        h.insert(X_ORIGINAL_TOPIC.into(), self.topic.to_owned());
+        h.insert(X_ORIGINAL_PARTITION.into(), self.partition.to_string());
+        h.insert(X_ORIGINAL_OFFSET.into(), record.offset.to_string());
+        h.insert(X_ORIGINAL_TIMESTAMP.into(), record.timestamp_ms.to_string());
+        h.insert(X_CONSUMER_GROUP.into(), self.group.to_owned());
+        h.insert(X_DELIVERY_ATTEMPTS.into(), attempts.to_string());
+        h.insert(X_DEAD_LETTER_REASON.into(), cut(reason).to_owned());
+        self.kafka
+            .produce(dlq, &record.payload, &h)
+            .await
+            .map(|_| ())
+    }
+
+    /// Whether `dlq`'s tail holds the copy of offset `o` made for this group.
+    pub async fn find_copy(&self, dlq: &str, o: u64) -> Result<bool> {
+        let (k, topic, group, p, dlq) = (
+            self.kafka.clone(),
+            self.topic.to_owned(),
+            self.group.to_owned(),
+            self.partition,
+            dlq.to_owned(),
+        );
+        blocking(move || find_copy(&k, &topic, &group, &dlq, p, o)).await
+    }
 }
 
 /// `reason` cut at a character boundary to `MAX_NACK_REASON_BYTES`.
@@ -163,26 +198,22 @@ fn cut(reason: &str) -> &str {
     &reason[..end]
 }
 
-/// Whether the dead-letter topic's tail holds the copy of (`g`'s topic, `p`, `o`) made
-/// for `g`'s group. Blocking.
-fn find_copy(g: &Group, dlq: &str, p: i32, o: u64) -> Result<bool> {
+/// Whether the dead-letter topic's tail holds the copy of (`topic`, `p`, `o`) made for
+/// `group`. Blocking.
+fn find_copy(k: &Kafka, topic: &str, group: &str, dlq: &str, p: i32, o: u64) -> Result<bool> {
     let (p_s, o_s) = (p.to_string(), o.to_string());
     let is_copy = |r: &Record| {
         let h = &r.headers;
-        h.get(X_ORIGINAL_TOPIC) == Some(&g.topic)
-            && h.get(X_CONSUMER_GROUP) == Some(&g.name)
+        h.get(X_ORIGINAL_TOPIC).map(String::as_str) == Some(topic)
+            && h.get(X_CONSUMER_GROUP).map(String::as_str) == Some(group)
             && h.get(X_ORIGINAL_PARTITION) == Some(&p_s)
             && h.get(X_ORIGINAL_OFFSET) == Some(&o_s)
     };
-    for dp in 0..g.kafka.partitions(dlq)? {
-        let (lo, hi) = g.kafka.watermarks(dlq, dp)?;
+    for dp in 0..k.partitions(dlq)? {
+        let (lo, hi) = k.watermarks(dlq, dp)?;
         let from = lo.max(hi.saturating_sub(SEARCH_WINDOW));
         let count = usize::try_from(hi - from).unwrap_or(usize::MAX);
-        if g.kafka
-            .read_range(dlq, dp, from, hi, count)?
-            .iter()
-            .any(is_copy)
-        {
+        if k.read_range(dlq, dp, from, hi, count)?.iter().any(is_copy) {
             return Ok(true);
         }
     }
