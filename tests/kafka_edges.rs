@@ -1,6 +1,6 @@
 //! `Mode=Kafka` where it could go wrong (from review): a nack whose commit fails, a nack
 //! delay too large to add, two auto-ack consumers of one member, the commit metadata's
-//! bound, conflicting or spool-owned librdkafka properties.
+//! bound, conflicting or spool-owned librdkafka properties, a missing dead-letter topic.
 #![cfg(feature = "kafka")]
 
 use std::time::Duration;
@@ -121,4 +121,26 @@ fn spool_owned_and_conflicting_properties_are_refused_by_name() {
         }
         other => panic!("expected InvalidConnectionString, got {other:?}"),
     }
+}
+
+/// A missing dead-letter topic is created before the copy. The mock cluster cannot
+/// create topics (it has no CreateTopics): the failure is logged and the copy produced
+/// all the same, and the mock makes the topic on first use. (The creation with the
+/// source's partition count is unit-tested in `src/kafka/topics.rs`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_dead_letter_topic_does_not_stop_dead_lettering() {
+    let cluster = Cluster::new(&["nd"]);
+    let mq = cluster.open("Max Delivery Attempts=1;Kafka Timeout Ms=1000");
+    publish_n(&mq, "nd", 2).await;
+    let mut c = mq
+        .consumer("nd", "g")
+        .manual_ack()
+        .build()
+        .expect("consumer");
+    let d = recv(&mut c).await;
+    let out = d.nack("bad").await.expect("nack");
+    assert!(out.dead_lettered);
+    let copies = mq.fetch("nd.dlq", 0, 10).await.expect("fetch the dlq");
+    assert_eq!(copies.len(), 1);
+    assert_eq!(recv(&mut c).await.offset(), 1, "the group goes on");
 }

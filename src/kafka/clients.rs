@@ -3,6 +3,8 @@
 //! them in the connection string).
 
 use rdkafka::ClientConfig;
+use rdkafka::admin::AdminClient;
+use rdkafka::client::DefaultClientContext;
 use rdkafka::config::FromClientConfigAndContext;
 use rdkafka::consumer::BaseConsumer;
 use rdkafka::error::KafkaError;
@@ -34,6 +36,11 @@ pub(super) fn producer(o: &Options) -> Result<FutureProducer> {
     }
     c.set("enable.idempotence", "true").set("acks", "all");
     create(&c, |c| c.create())
+}
+
+/// An admin client: creating a missing dead-letter topic.
+pub(super) fn admin(o: &Options) -> Result<AdminClient<DefaultClientContext>> {
+    create(&base(o), |c| c.create())
 }
 
 /// A reader without a group: metadata, watermarks, `fetch`.

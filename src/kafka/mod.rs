@@ -14,6 +14,7 @@
 //! - `reset.rs`: `reset_offset` (moving this process's member, or committing from
 //!   outside the group) and `groups`.
 //! - `outside.rs`: a group's commit read and written with no member joining.
+//! - `topics.rs`: creating a missing dead-letter topic with its source's partitions.
 //!
 //! **Invariant:** the committed offset of a partition is its floor's cursor: a commit never
 //! passes a record that is neither acked nor dead-lettered (Brighter's ADR 0055 failure,
@@ -41,6 +42,7 @@ mod outside;
 mod poller;
 mod produce;
 mod reset;
+mod topics;
 
 pub(crate) use consumer::{KafkaConsumer, KafkaDelivery, Settings};
 use group::Group;
@@ -62,6 +64,10 @@ struct Inner {
     /// The `message-id` window of each topic published to with an id.
     dedup: Mutex<HashMap<String, dedup::Shared>>,
     closed: std::sync::atomic::AtomicBool,
+    /// Made at the first topic creation (`topics.rs`).
+    admin: std::sync::OnceLock<rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext>>,
+    /// Dead-letter topics seen to exist (`topics.rs`).
+    known_topics: Mutex<std::collections::HashSet<String>>,
 }
 
 impl std::fmt::Debug for Kafka {
@@ -96,6 +102,8 @@ impl Kafka {
                 groups: Mutex::new(HashMap::new()),
                 dedup: Mutex::new(HashMap::new()),
                 closed: std::sync::atomic::AtomicBool::new(false),
+                admin: std::sync::OnceLock::new(),
+                known_topics: Mutex::new(std::collections::HashSet::new()),
             }),
         })
     }

@@ -162,6 +162,7 @@ impl<'a> Source<'a> {
         reason: &str,
         dlq: &str,
     ) -> Result<()> {
+        self.kafka.ensure_dead_letter_topic(self.topic, dlq).await?;
         let mut h: Headers = record.headers.clone();
         h.insert(X_ORIGINAL_TOPIC.into(), self.topic.to_owned());
         h.insert(X_ORIGINAL_PARTITION.into(), self.partition.to_string());
