@@ -182,6 +182,7 @@ impl KafkaConsumer {
             let Some((p, rec)) = st.buffer.pop_front() else {
                 return Step::Wait(next_due(&st));
             };
+            g.shared.took(&mut st);
             match verdict(&st, p, &rec) {
                 Verdict::Skip => {}
                 Verdict::Hold => {

@@ -68,6 +68,8 @@ pub(super) struct State {
     /// Records dead-lettered by this member since it joined.
     pub dead_lettered: u64,
     pub closing: bool,
+    /// The poll thread waits for the buffer to drain (`Shared::drained`).
+    pub poller_waits: bool,
 }
 
 /// The latest commit's outcome: acks wait on it.
@@ -102,6 +104,8 @@ pub(super) struct Shared {
     state: Mutex<State>,
     /// Wakes the committer.
     dirty: Condvar,
+    /// Wakes the poll thread waiting for room in the buffer (`State::poller_waits`).
+    pub drained: Condvar,
     committed: watch::Sender<Committed>,
     /// Wakes a `recv` waiting for room or a held record.
     pub room: Notify,
@@ -120,6 +124,15 @@ impl Shared {
         st.version += 1;
         self.dirty.notify_one();
         st.version
+    }
+
+    /// After records were taken from the buffer: wakes the poll thread if it waits and
+    /// the buffer has drained to `RESUME_RECORDS`.
+    pub fn took(&self, st: &mut State) {
+        if st.poller_waits && st.buffer.len() <= super::poller::RESUME_RECORDS {
+            st.poller_waits = false;
+            self.drained.notify_one();
+        }
     }
 
     /// Keeps `rec` to hand out again from memory (due by its floor's not-before time).
@@ -325,6 +338,7 @@ impl Shared {
             timeout,
             state: Mutex::new(State::default()),
             dirty: Condvar::new(),
+            drained: Condvar::new(),
             committed: watch::channel(Committed::default()).0,
             room: Notify::new(),
             commit_turn: Mutex::new(()),
@@ -479,6 +493,7 @@ impl Group {
             let mut st = self.shared.lock();
             st.closing = true;
             self.shared.dirty.notify_one();
+            self.shared.drained.notify_one();
         }
         let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
         for h in threads {

@@ -4,7 +4,9 @@
 //! - a seek back (a nack) is made between two polls, so every record polled after it is
 //!   of the new position, and the records buffered before it are dropped;
 //! - records wait in the member's buffer (`State::buffer`); at `BUFFER_RECORDS` the
-//!   thread stops reading until the consumers take some.
+//!   thread stops reading until the consumers have taken it down to `RESUME_RECORDS`,
+//!   and the consumer that does wakes it (a fixed sleep here left the consumers idle:
+//!   they drain the buffer in a few milliseconds).
 
 use std::time::Duration;
 
@@ -21,6 +23,10 @@ use super::to_i64;
 /// waits behind them (`queued.max.messages.kbytes`).
 pub(super) const BUFFER_RECORDS: usize = 10_000;
 
+/// A full buffer is read into again once it holds this many: a wake-up per half buffer,
+/// not per record taken.
+pub(super) const RESUME_RECORDS: usize = BUFFER_RECORDS / 2;
+
 /// How long one poll waits: also how long a close waits for this thread.
 const POLL: Duration = Duration::from_millis(50);
 
@@ -29,6 +35,22 @@ pub(super) fn run(shared: &Shared, consumer: &BaseConsumer<GroupContext>, topic:
     loop {
         let (seeks, full) = {
             let mut st = shared.lock();
+            if st.buffer.len() >= BUFFER_RECORDS && st.seeks.is_empty() && !st.closing {
+                // The consumers are behind: read no further until they take half of it.
+                // (Pausing the partitions instead lost records across a resume in a
+                // bench run, and a resume cost a refetch.) Rebalances wait meanwhile, as
+                // in Kafka's own clients between two polls; the wait is bounded by `POLL`
+                // so a seek asked for meanwhile is made.
+                st.poller_waits = true;
+                st = shared
+                    .drained
+                    .wait_timeout_while(st, POLL, |st| {
+                        st.poller_waits && st.seeks.is_empty() && !st.closing
+                    })
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+                st.poller_waits = false;
+            }
             if st.closing {
                 drop(st);
                 leave(shared, consumer, topic);
@@ -53,11 +75,7 @@ pub(super) fn run(shared: &Shared, consumer: &BaseConsumer<GroupContext>, topic:
             }
         }
         if full {
-            // The consumers are behind: read no further until they take some. (Pausing
-            // the partitions instead lost records across a resume in a bench run, and a
-            // resume cost a refetch.) Rebalances wait meanwhile, as in Kafka's own
-            // clients between two polls.
-            std::thread::sleep(POLL);
+            // Still full after the seeks: wait again (above).
             continue;
         }
         match consumer.poll(POLL) {
