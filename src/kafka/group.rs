@@ -126,6 +126,18 @@ impl Shared {
         st.version
     }
 
+    /// `changed` without waking the committer: the caller calls `wake_committer` once it
+    /// let the lock go (woken under it, the committer would block on the lock at once).
+    pub fn bump(&self, st: &mut State) -> u64 {
+        st.version += 1;
+        st.version
+    }
+
+    /// Wakes the committer after a `bump`; made without the state lock held.
+    pub fn wake_committer(&self) {
+        self.dirty.notify_one();
+    }
+
     /// After records were taken from the buffer: wakes the poll thread if it waits and
     /// the buffer has drained to `RESUME_RECORDS`.
     pub fn took(&self, st: &mut State) {
