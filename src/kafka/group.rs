@@ -112,6 +112,11 @@ pub(super) struct Shared {
     /// Held from a snapshot of the floors to the end of its commit, by the committer and
     /// the revoke: commits land in the order of their snapshots.
     commit_turn: Mutex<()>,
+    /// Records the poll thread read and has not moved to `State::buffer` yet: it moves a
+    /// poll's worth at a time, under one state lock. Only the poll thread touches it (the
+    /// rebalance callbacks run on it too, and move it first, so every record reaches the
+    /// buffer before a rebalance that followed its read changes the state).
+    polled: Mutex<Vec<(i32, Record)>>,
 }
 
 impl Shared {
@@ -157,23 +162,38 @@ impl Shared {
         self.room.notify_waiters();
     }
 
-    /// A record the poll thread read, for `recv`. Dropped if its partition went, or if
-    /// a seek back of its partition to it or before it is pending (it will be read again).
-    pub fn arrived(&self, p: i32, rec: Record) {
-        let mut st = self.lock();
-        let sought = st
-            .seeks
-            .iter()
-            .any(|s| s.partition == p && s.offset <= rec.offset);
-        if !st.parts.contains_key(&p) || sought {
+    /// A record the poll thread read, for `recv` once `arrived` moves it.
+    pub fn polled(&self, p: i32, rec: Record) {
+        self.polled
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((p, rec));
+    }
+
+    /// Moves the records `polled` to the buffer, under one lock. A record is dropped if
+    /// its partition went, or if a seek back of its partition to it or before it is
+    /// pending (it will be read again).
+    pub fn arrived(&self) {
+        let batch = std::mem::take(&mut *self.polled.lock().unwrap_or_else(|e| e.into_inner()));
+        if batch.is_empty() {
             return;
         }
+        let mut st = self.lock();
         // Only a first record wakes a `recv`: one that waits while records are buffered
         // waits for room, which an ack or nack signals.
         let was_empty = st.buffer.is_empty();
-        st.buffer.push_back((p, rec));
+        for (p, rec) in batch {
+            let sought = st
+                .seeks
+                .iter()
+                .any(|s| s.partition == p && s.offset <= rec.offset);
+            if st.parts.contains_key(&p) && !sought {
+                st.buffer.push_back((p, rec));
+            }
+        }
+        let wake = was_empty && !st.buffer.is_empty();
         drop(st);
-        if was_empty {
+        if wake {
             self.room.notify_waiters();
         }
     }
@@ -261,6 +281,8 @@ impl ClientContext for GroupContext {}
 
 impl ConsumerContext for GroupContext {
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        // What was read before the rebalance is in the buffer before it changes anything.
+        self.shared.arrived();
         if let Rebalance::Revoke(tpl) = rebalance {
             let lost: Vec<i32> = tpl.elements().iter().map(|e| e.partition()).collect();
             // One commit at a time: the committer's older snapshot cannot land after this
@@ -297,6 +319,7 @@ impl ConsumerContext for GroupContext {
     }
 
     fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        self.shared.arrived();
         if let Rebalance::Assign(tpl) = rebalance {
             let got: Vec<i32> = tpl.elements().iter().map(|e| e.partition()).collect();
             match read_floors(consumer, &self.shared.topic, &got, self.shared.timeout) {
@@ -354,6 +377,7 @@ impl Shared {
             committed: watch::channel(Committed::default()).0,
             room: Notify::new(),
             commit_turn: Mutex::new(()),
+            polled: Mutex::new(Vec::new()),
         }
     }
 }

@@ -3,6 +3,8 @@
 //!   is busy, or waits for an ack whose commit waits for that very rebalance;
 //! - a seek back (a nack) is made between two polls, so every record polled after it is
 //!   of the new position, and the records buffered before it are dropped;
+//! - records read go to the member's buffer a poll's worth at a time (`POLL_BATCH`),
+//!   under one lock;
 //! - records wait in the member's buffer (`State::buffer`); at `BUFFER_RECORDS` the
 //!   thread stops reading until the consumers have taken it down to `RESUME_RECORDS`,
 //!   and the consumer that does wakes it (a fixed sleep here left the consumers idle:
@@ -26,6 +28,11 @@ pub(super) const BUFFER_RECORDS: usize = 10_000;
 /// A full buffer is read into again once it holds this many: a wake-up per half buffer,
 /// not per record taken.
 pub(super) const RESUME_RECORDS: usize = BUFFER_RECORDS / 2;
+
+/// Records read in a row without waiting, at most, before they go to the buffer (which
+/// may so hold up to `BUFFER_RECORDS + POLL_BATCH - 1`): a `recv` waiting on an empty
+/// buffer gets its first records at most that many polls late.
+const POLL_BATCH: usize = 100;
 
 /// How long one poll waits: also how long a close waits for this thread.
 const POLL: Duration = Duration::from_millis(50);
@@ -78,21 +85,45 @@ pub(super) fn run(shared: &Shared, consumer: &BaseConsumer<GroupContext>, topic:
             // Still full after the seeks: wait again (above).
             continue;
         }
-        match consumer.poll(POLL) {
-            None => {}
-            Some(Ok(m)) => {
-                let (p, rec) = (m.partition(), record_of(&m));
-                drop(m);
-                shared.arrived(p, rec);
+        // A first record waited for, then what librdkafka holds ready, up to a batch:
+        // into the buffer under one lock, not one per record.
+        if read(shared, consumer, topic, POLL) {
+            for _ in 1..POLL_BATCH {
+                if !read(shared, consumer, topic, Duration::ZERO) {
+                    break;
+                }
             }
-            // librdkafka recovers from these itself (a broker away, a partition moving).
-            Some(Err(KafkaError::MessageConsumption(code))) => {
-                tracing::debug!(%topic, ?code, "consumer notice");
-            }
-            Some(Err(e)) => {
-                tracing::warn!(%topic, error = %e, "polling the group's consumer failed");
-                std::thread::sleep(POLL);
-            }
+            shared.arrived();
+        }
+    }
+}
+
+/// Polls once, waiting up to `wait`; a record read goes to `Shared::polled`. Returns
+/// whether one was read.
+fn read(
+    shared: &Shared,
+    consumer: &BaseConsumer<GroupContext>,
+    topic: &str,
+    wait: Duration,
+) -> bool {
+    match consumer.poll(wait) {
+        None => false,
+        Some(Ok(m)) => {
+            let (p, rec) = (m.partition(), record_of(&m));
+            drop(m);
+            shared.polled(p, rec);
+            true
+        }
+        // librdkafka recovers from these itself (a broker away, a partition moving).
+        Some(Err(KafkaError::MessageConsumption(code))) => {
+            tracing::debug!(%topic, ?code, "consumer notice");
+            false
+        }
+        Some(Err(e)) => {
+            tracing::warn!(%topic, error = %e, "polling the group's consumer failed");
+            shared.arrived();
+            std::thread::sleep(POLL);
+            false
         }
     }
 }
