@@ -449,17 +449,21 @@ impl KafkaDelivery {
     ) -> impl std::future::Future<Output = Result<()>> + Send + 'static {
         let mut errors: Vec<(usize, Error)> = Vec::new();
         let mut waits = Vec::new();
-        let mut left: Vec<(usize, KafkaDelivery)> = ds.into_iter().enumerate().collect();
-        let mut done = Vec::with_capacity(left.len());
-        while let Some((_, first)) = left.first() {
-            let shared = first.group.shared.clone();
-            let (mine, rest): (Vec<_>, Vec<_>) = left
-                .into_iter()
-                .partition(|(_, d)| Arc::ptr_eq(&d.group.shared, &shared));
-            left = rest;
+        // Settled in place, group by group (most often one): no delivery is moved.
+        let mut ds = ds;
+        let mut seen = vec![false; ds.len()];
+        for start in 0..ds.len() {
+            if seen[start] {
+                continue;
+            }
+            let shared = ds[start].group.shared.clone();
             let mut st = shared.lock();
             let mut first_ok = None;
-            for (i, mut d) in mine {
+            for (i, d) in ds.iter_mut().enumerate().skip(start) {
+                if seen[i] || !Arc::ptr_eq(&d.group.shared, &shared) {
+                    continue;
+                }
+                seen[i] = true;
                 match d.settle(&mut st) {
                     Ok(()) => {
                         let part = st.parts.get_mut(&d.partition).expect("settled: assigned");
@@ -469,8 +473,6 @@ impl KafkaDelivery {
                     }
                     Err(e) => errors.push((i, e)),
                 }
-                // Dropped after the lock: a last reference to the group stops it.
-                done.push(d);
             }
             let version = first_ok.map(|_| shared.bump(&mut st));
             drop(st);
@@ -480,7 +482,8 @@ impl KafkaDelivery {
             }
             shared.room.notify_waiters();
         }
-        drop(done);
+        // Dropped after the locks: a last reference to a group stops it.
+        drop(ds);
         async move {
             for (i, shared, version, offset) in waits {
                 if let Err(e) = shared.durable(version, Some(offset)).await {
