@@ -166,34 +166,7 @@ impl KafkaConsumer {
     /// One look at the member's state: a held record that is due, else the buffer's
     /// next record that `verdict` lets through.
     fn step(&self) -> Step {
-        let g = &self.group;
-        let mut st = g.shared.lock();
-        loop {
-            if st.in_flight < st.max_in_flight
-                && let Some(d) = take_held(g, &mut st)
-            {
-                return Step::Deliver(d);
-            }
-            // A held record keeps its slot while it waits, as in embedded mode: with
-            // max_in_flight(1), later records wait behind a delayed nack.
-            let held: usize = st.parts.values().map(|p| p.held.len()).sum();
-            if st.in_flight + held >= st.max_in_flight {
-                return Step::Wait(next_due(&st));
-            }
-            let Some((p, rec)) = st.buffer.pop_front() else {
-                return Step::Wait(next_due(&st));
-            };
-            match verdict(&st, p, &rec) {
-                Verdict::Skip => {}
-                Verdict::Hold => {
-                    if let Some(part) = st.parts.get_mut(&p) {
-                        part.held.insert(rec.offset, rec);
-                    }
-                }
-                Verdict::HandOut => return Step::Deliver(hand_out(g, &mut st, p, rec)),
-                Verdict::Intent => return Step::Intent(p, rec),
-            }
-        }
+        step_in(&self.group, &mut self.group.shared.lock())
     }
 
     /// The next delivery if one is ready now.
@@ -222,15 +195,23 @@ impl KafkaConsumer {
         }
         self.ack_last();
         let first = self.next().await?;
-        let mut out = vec![self.handed_out(first)];
-        while out.len() < max {
-            let Some(d) = self.try_step() else {
-                break;
-            };
-            let d = self.handed_out(d);
-            out.push(d);
+        let mut ds = Vec::with_capacity(max.min(MAX_RECORDED));
+        ds.push(first);
+        // The rest under one lock, not one per record: the poll thread takes it per poll.
+        let mut st = self.group.shared.lock();
+        while ds.len() < max {
+            match step_in(&self.group, &mut st) {
+                Step::Deliver(d) => ds.push(d),
+                // Its dead-letter intent is resolved by the next `recv`.
+                Step::Intent(p, rec) => {
+                    st.buffer.push_front((p, rec));
+                    break;
+                }
+                Step::Wait(_) => break,
+            }
         }
-        Ok(out)
+        drop(st);
+        Ok(ds.into_iter().map(|d| self.handed_out(d)).collect())
     }
 
     /// Acks the last delivery (auto-ack) and waits for its commit.
@@ -249,6 +230,38 @@ enum Step {
     Intent(i32, Record),
     /// Nothing to hand out; the earliest held record is due then (ms since the epoch).
     Wait(Option<u64>),
+}
+
+/// `KafkaConsumer::step` under a lock the caller holds (`recv_batch` takes a batch under
+/// one).
+fn step_in(g: &Arc<Group>, st: &mut super::group::State) -> Step {
+    loop {
+        if st.in_flight < st.max_in_flight
+            && let Some(d) = take_held(g, st)
+        {
+            return Step::Deliver(d);
+        }
+        // A held record keeps its slot while it waits, as in embedded mode: with
+        // max_in_flight(1), later records wait behind a delayed nack.
+        let held: usize = st.parts.values().map(|p| p.held.len()).sum();
+        if st.in_flight + held >= st.max_in_flight {
+            return Step::Wait(next_due(st));
+        }
+        let Some((p, rec)) = st.buffer.pop_front() else {
+            return Step::Wait(next_due(st));
+        };
+        g.shared.took(st);
+        match verdict(st, p, &rec) {
+            Verdict::Skip => {}
+            Verdict::Hold => {
+                if let Some(part) = st.parts.get_mut(&p) {
+                    part.held.insert(rec.offset, rec);
+                }
+            }
+            Verdict::HandOut => return Step::Deliver(hand_out(g, st, p, rec)),
+            Verdict::Intent => return Step::Intent(p, rec),
+        }
+    }
 }
 
 /// What `step` does with a record read.
@@ -316,6 +329,9 @@ fn hand_out(g: &Arc<Group>, st: &mut super::group::State, p: i32, rec: Record) -
 
 /// The first held record that is due, lowest partition and offset first.
 fn take_held(g: &Arc<Group>, st: &mut super::group::State) -> Option<KafkaDelivery> {
+    if st.parts.values().all(|part| part.held.is_empty()) {
+        return None;
+    }
     let now = now_ms();
     let (p, o) = st.parts.iter().find_map(|(p, part)| {
         part.held
@@ -413,9 +429,12 @@ impl KafkaDelivery {
                     .expect("settled: assigned");
                 part.floor.finish(self.record.offset);
                 st.counts.acked += 1;
-                shared.changed(&mut st)
+                shared.bump(&mut st)
             })
         };
+        if version.is_ok() {
+            shared.wake_committer();
+        }
         shared.room.notify_waiters();
         let offset = Some(self.record.offset);
         async move { shared.durable(version?, offset).await }
@@ -431,17 +450,21 @@ impl KafkaDelivery {
     ) -> impl std::future::Future<Output = Result<()>> + Send + 'static {
         let mut errors: Vec<(usize, Error)> = Vec::new();
         let mut waits = Vec::new();
-        let mut left: Vec<(usize, KafkaDelivery)> = ds.into_iter().enumerate().collect();
-        let mut done = Vec::with_capacity(left.len());
-        while let Some((_, first)) = left.first() {
-            let shared = first.group.shared.clone();
-            let (mine, rest): (Vec<_>, Vec<_>) = left
-                .into_iter()
-                .partition(|(_, d)| Arc::ptr_eq(&d.group.shared, &shared));
-            left = rest;
+        // Settled in place, group by group (most often one): no delivery is moved.
+        let mut ds = ds;
+        let mut seen = vec![false; ds.len()];
+        for start in 0..ds.len() {
+            if seen[start] {
+                continue;
+            }
+            let shared = ds[start].group.shared.clone();
             let mut st = shared.lock();
             let mut first_ok = None;
-            for (i, mut d) in mine {
+            for (i, d) in ds.iter_mut().enumerate().skip(start) {
+                if seen[i] || !Arc::ptr_eq(&d.group.shared, &shared) {
+                    continue;
+                }
+                seen[i] = true;
                 match d.settle(&mut st) {
                     Ok(()) => {
                         let part = st.parts.get_mut(&d.partition).expect("settled: assigned");
@@ -451,17 +474,17 @@ impl KafkaDelivery {
                     }
                     Err(e) => errors.push((i, e)),
                 }
-                // Dropped after the lock: a last reference to the group stops it.
-                done.push(d);
             }
-            if let Some((i, offset)) = first_ok {
-                let version = shared.changed(&mut st);
+            let version = first_ok.map(|_| shared.bump(&mut st));
+            drop(st);
+            if let (Some((i, offset)), Some(version)) = (first_ok, version) {
+                shared.wake_committer();
                 waits.push((i, shared.clone(), version, offset));
             }
-            drop(st);
             shared.room.notify_waiters();
         }
-        drop(done);
+        // Dropped after the locks: a last reference to a group stops it.
+        drop(ds);
         async move {
             for (i, shared, version, offset) in waits {
                 if let Err(e) = shared.durable(version, Some(offset)).await {

@@ -68,6 +68,8 @@ pub(super) struct State {
     /// Records dead-lettered by this member since it joined.
     pub dead_lettered: u64,
     pub closing: bool,
+    /// The poll thread waits for the buffer to drain (`Shared::drained`).
+    pub poller_waits: bool,
 }
 
 /// The latest commit's outcome: acks wait on it.
@@ -102,12 +104,19 @@ pub(super) struct Shared {
     state: Mutex<State>,
     /// Wakes the committer.
     dirty: Condvar,
+    /// Wakes the poll thread waiting for room in the buffer (`State::poller_waits`).
+    pub drained: Condvar,
     committed: watch::Sender<Committed>,
     /// Wakes a `recv` waiting for room or a held record.
     pub room: Notify,
     /// Held from a snapshot of the floors to the end of its commit, by the committer and
     /// the revoke: commits land in the order of their snapshots.
     commit_turn: Mutex<()>,
+    /// Records the poll thread read and has not moved to `State::buffer` yet: it moves a
+    /// poll's worth at a time, under one state lock. Only the poll thread touches it (the
+    /// rebalance callbacks run on it too, and move it first, so every record reaches the
+    /// buffer before a rebalance that followed its read changes the state).
+    polled: Mutex<Vec<(i32, Record)>>,
 }
 
 impl Shared {
@@ -122,6 +131,27 @@ impl Shared {
         st.version
     }
 
+    /// `changed` without waking the committer: the caller calls `wake_committer` once it
+    /// let the lock go (woken under it, the committer would block on the lock at once).
+    pub fn bump(&self, st: &mut State) -> u64 {
+        st.version += 1;
+        st.version
+    }
+
+    /// Wakes the committer after a `bump`; made without the state lock held.
+    pub fn wake_committer(&self) {
+        self.dirty.notify_one();
+    }
+
+    /// After records were taken from the buffer: wakes the poll thread if it waits and
+    /// the buffer has drained to `RESUME_RECORDS`.
+    pub fn took(&self, st: &mut State) {
+        if st.poller_waits && st.buffer.len() <= super::poller::RESUME_RECORDS {
+            st.poller_waits = false;
+            self.drained.notify_one();
+        }
+    }
+
     /// Keeps `rec` to hand out again from memory (due by its floor's not-before time).
     pub fn hold(&self, p: i32, rec: Record) {
         let mut st = self.lock();
@@ -132,23 +162,38 @@ impl Shared {
         self.room.notify_waiters();
     }
 
-    /// A record the poll thread read, for `recv`. Dropped if its partition went, or if
-    /// a seek back of its partition to it or before it is pending (it will be read again).
-    pub fn arrived(&self, p: i32, rec: Record) {
-        let mut st = self.lock();
-        let sought = st
-            .seeks
-            .iter()
-            .any(|s| s.partition == p && s.offset <= rec.offset);
-        if !st.parts.contains_key(&p) || sought {
+    /// A record the poll thread read, for `recv` once `arrived` moves it.
+    pub fn polled(&self, p: i32, rec: Record) {
+        self.polled
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((p, rec));
+    }
+
+    /// Moves the records `polled` to the buffer, under one lock. A record is dropped if
+    /// its partition went, or if a seek back of its partition to it or before it is
+    /// pending (it will be read again).
+    pub fn arrived(&self) {
+        let batch = std::mem::take(&mut *self.polled.lock().unwrap_or_else(|e| e.into_inner()));
+        if batch.is_empty() {
             return;
         }
+        let mut st = self.lock();
         // Only a first record wakes a `recv`: one that waits while records are buffered
         // waits for room, which an ack or nack signals.
         let was_empty = st.buffer.is_empty();
-        st.buffer.push_back((p, rec));
+        for (p, rec) in batch {
+            let sought = st
+                .seeks
+                .iter()
+                .any(|s| s.partition == p && s.offset <= rec.offset);
+            if st.parts.contains_key(&p) && !sought {
+                st.buffer.push_back((p, rec));
+            }
+        }
+        let wake = was_empty && !st.buffer.is_empty();
         drop(st);
-        if was_empty {
+        if wake {
             self.room.notify_waiters();
         }
     }
@@ -236,6 +281,8 @@ impl ClientContext for GroupContext {}
 
 impl ConsumerContext for GroupContext {
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        // What was read before the rebalance is in the buffer before it changes anything.
+        self.shared.arrived();
         if let Rebalance::Revoke(tpl) = rebalance {
             let lost: Vec<i32> = tpl.elements().iter().map(|e| e.partition()).collect();
             // One commit at a time: the committer's older snapshot cannot land after this
@@ -272,6 +319,7 @@ impl ConsumerContext for GroupContext {
     }
 
     fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        self.shared.arrived();
         if let Rebalance::Assign(tpl) = rebalance {
             let got: Vec<i32> = tpl.elements().iter().map(|e| e.partition()).collect();
             match read_floors(consumer, &self.shared.topic, &got, self.shared.timeout) {
@@ -325,9 +373,11 @@ impl Shared {
             timeout,
             state: Mutex::new(State::default()),
             dirty: Condvar::new(),
+            drained: Condvar::new(),
             committed: watch::channel(Committed::default()).0,
             room: Notify::new(),
             commit_turn: Mutex::new(()),
+            polled: Mutex::new(Vec::new()),
         }
     }
 }
@@ -488,6 +538,7 @@ impl Group {
             let mut st = self.shared.lock();
             st.closing = true;
             self.shared.dirty.notify_one();
+            self.shared.drained.notify_one();
         }
         let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
         for h in threads {

@@ -149,16 +149,19 @@ impl Kafka {
         payload: &[u8],
         headers: &Headers,
     ) -> Result<(i32, u64)> {
-        let mut kh = OwnedHeaders::new_with_capacity(headers.len());
-        for (k, v) in headers {
-            kh = kh.insert(Header {
-                key: k,
-                value: Some(v.as_bytes()),
-            });
+        let mut record = FutureRecord::<str, [u8]>::to(topic).payload(payload);
+        // No headers, no header block: an empty one costs every reader a parse (librdkafka
+        // parses a block of zero headers as it does any other).
+        if !headers.is_empty() {
+            let mut kh = OwnedHeaders::new_with_capacity(headers.len());
+            for (k, v) in headers {
+                kh = kh.insert(Header {
+                    key: k,
+                    value: Some(v.as_bytes()),
+                });
+            }
+            record = record.headers(kh);
         }
-        let mut record = FutureRecord::<str, [u8]>::to(topic)
-            .payload(payload)
-            .headers(kh);
         if let Some(key) = headers.get(MESSAGE_KEY_HEADER) {
             record = record.key(key.as_str());
         }
