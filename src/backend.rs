@@ -76,9 +76,12 @@ impl Backend {
             #[cfg(feature = "kafka")]
             Backend::Kafka(k) => {
                 kafka_supports(&cfg)?;
+                // The builder's deadline wins over the key's; zero is none.
+                let key = std::time::Duration::from_millis(k.options().ack_deadline_ms);
                 let settings = crate::kafka::Settings {
                     manual_ack: cfg.manual_ack,
                     max_in_flight: cfg.max_in_flight,
+                    ack_deadline: Some(cfg.ack_deadline.unwrap_or(key)).filter(|d| !d.is_zero()),
                 };
                 Ok(ConsumerBackend::Kafka(KafkaConsumer::build(
                     k, topic, group, settings,
@@ -114,9 +117,6 @@ pub(crate) enum DeliveryBackend {
 fn kafka_supports(cfg: &ConsumerConfig) -> Result<()> {
     if cfg.key_ordered {
         return Err(crate::kafka::unsupported("key_ordered()"));
-    }
-    if cfg.ack_deadline.is_some_and(|d| !d.is_zero()) {
-        return Err(crate::kafka::unsupported("ack_deadline()"));
     }
     Ok(())
 }

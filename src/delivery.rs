@@ -169,7 +169,7 @@ impl Delivery {
         match &self.inner {
             DeliveryBackend::Embedded(d) => d.deadline(),
             #[cfg(feature = "kafka")]
-            DeliveryBackend::Kafka(_) => None,
+            DeliveryBackend::Kafka(d) => d.deadline(),
         }
     }
 
@@ -180,7 +180,7 @@ impl Delivery {
         match &self.inner {
             DeliveryBackend::Embedded(d) => d.extend_deadline(),
             #[cfg(feature = "kafka")]
-            DeliveryBackend::Kafka(_) => Ok(()),
+            DeliveryBackend::Kafka(d) => d.extend_deadline(),
         }
     }
 

@@ -436,6 +436,80 @@ async fn low_level_ack_and_nack(b: Backend) {
     );
 }
 
+/// Ack deadlines (`Ack Deadline Ms`): an expired delivery is taken back as a failed
+/// attempt and comes again; its late ack or extension fails with `DeliveryExpired`; an
+/// extension in time restarts it; at the limit the copy carries the deadline's reason.
+async fn ack_deadlines(b: Backend) {
+    let deadline = Duration::from_millis(300);
+    let mq = b.open("Max Delivery Attempts=2;Ack Deadline Ms=300");
+    publish_n(&mq, "t", 2).await;
+    let mut c = mq
+        .consumer("t", "g")
+        .manual_ack()
+        .build()
+        .expect("consumer");
+    let expired = |r: spool::Result<()>| matches!(r, Err(Error::DeliveryExpired { offset: 0, .. }));
+    let d = recv(&mut c).await;
+    assert_eq!((d.offset(), d.attempt()), (0, 1));
+    let first = d.deadline().expect("the key's deadline");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    d.extend_deadline().expect("in time");
+    assert!(d.deadline().expect("still one") > first, "restarted");
+    tokio::time::sleep(deadline + Duration::from_millis(100)).await;
+    assert!(expired(d.extend_deadline()), "too late to extend");
+    // max_in_flight(1): the expired delivery freed its slot.
+    let again = recv(&mut c).await;
+    assert_eq!(
+        (again.offset(), again.attempt()),
+        (0, 2),
+        "taken back, counted"
+    );
+    assert!(expired(d.ack().await), "the late ack changes nothing");
+    tokio::time::sleep(deadline + Duration::from_millis(100)).await;
+    let next = recv(&mut c).await;
+    assert_eq!((next.offset(), next.attempt()), (1, 1), "0 dead-lettered");
+    let copies = mq.fetch("t.dlq", 0, 10).await.expect("fetch the dlq");
+    assert_eq!(copies.len(), 1);
+    assert_eq!(
+        copies[0]
+            .headers()
+            .get(spool::consts::X_DEAD_LETTER_REASON)
+            .map(String::as_str),
+        Some(spool::consts::ACK_DEADLINE_REASON)
+    );
+    next.ack().await.expect("ack 1 in time");
+    assert_eq!(mq.group_info("t", "g").expect("info").cursor, 2);
+}
+
+/// The builder's deadline wins over the key's, and auto-ack consumers have deadlines
+/// too: a handler slower than it gets its message again, and its auto-ack does not count.
+async fn auto_ack_deadlines(b: Backend) {
+    let mq = b.open("Ack Deadline Ms=600000");
+    publish_n(&mq, "t", 2).await;
+    let deadline = Duration::from_millis(200);
+    let mut c = mq
+        .consumer("t", "g")
+        .ack_deadline(deadline)
+        .build()
+        .expect("consumer");
+    let d = recv(&mut c).await;
+    let at = d.deadline().expect("a deadline");
+    assert!(
+        at <= Instant::now() + Duration::from_secs(60),
+        "the builder's 200 ms, not the key's 10 minutes"
+    );
+    drop(d);
+    tokio::time::sleep(deadline + Duration::from_millis(100)).await;
+    let again = recv(&mut c).await;
+    assert_eq!((again.offset(), again.attempt()), (0, 2), "too slow: again");
+    drop(again);
+    let next = recv(&mut c).await;
+    assert_eq!((next.offset(), next.attempt()), (1, 1), "0 acked in time");
+    drop(next);
+    c.close().await.expect("close acks 1");
+    assert_eq!(mq.group_info("t", "g").expect("info").cursor, 2);
+}
+
 macro_rules! in_every_mode {
     ($($rule:ident),* $(,)?) => {
         mod embedded {
@@ -467,4 +541,6 @@ in_every_mode!(
     auto_ack,
     a_delayed_nack_waits,
     low_level_ack_and_nack,
+    ack_deadlines,
+    auto_ack_deadlines,
 );

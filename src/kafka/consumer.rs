@@ -14,11 +14,12 @@
 //!   for the copy before it makes one.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use rdkafka::message::{BorrowedMessage, Headers as _, Message as _};
 
+use super::deadline::Deadline;
 use super::floor::MAX_RECORDED;
 use super::group::{Group, Part};
 use super::{Kafka, to_u64};
@@ -26,7 +27,7 @@ use crate::error::{Error, Result};
 use crate::format::Headers;
 use crate::format::record::{Record, system_time_ms};
 use crate::options::MAX_MS;
-use crate::queue::NackOutcome;
+use crate::queue::{ACK_DEADLINE_REASON, NackOutcome};
 
 mod by_offset;
 mod dead_letter;
@@ -36,6 +37,8 @@ mod dead_letter;
 pub(crate) struct Settings {
     pub manual_ack: bool,
     pub max_in_flight: usize,
+    /// Each delivery's ack deadline (`deadline.rs`), if any.
+    pub ack_deadline: Option<Duration>,
 }
 
 /// A consumer of one group under `Mode=Kafka`.
@@ -61,6 +64,8 @@ pub(crate) struct KafkaDelivery {
     /// Auto-ack: the consumer holds a shadow that acks the record at its next `recv`, so
     /// dropping this one releases nothing.
     auto: bool,
+    /// Its ack deadline, shared with the member's `deadlines` (`None`: no deadline).
+    deadline: Option<Deadline>,
 }
 
 /// The record of a consumed message; headers without a value read as empty strings.
@@ -124,6 +129,13 @@ impl KafkaConsumer {
     }
 
     fn handed_out(&mut self, mut d: KafkaDelivery) -> KafkaDelivery {
+        if let Some(after) = self.settings.ack_deadline {
+            let deadline = Deadline::start(after);
+            let mut st = self.group.shared.lock();
+            st.deadlines
+                .insert(d.partition, d.ticket, &deadline, d.record.clone());
+            d.deadline = Some(deadline);
+        }
         if !self.settings.manual_ack {
             self.last.push(d.shadow());
             d.auto = true;
@@ -144,6 +156,15 @@ impl KafkaConsumer {
             let room = self.group.shared.room.notified();
             tokio::pin!(room);
             room.as_mut().enable();
+            if let Some(d) = self.take_expired() {
+                // As a nack would: counted, backed off, redelivered or dead-lettered. A
+                // failure leaves the record to come again (the nack puts it back first).
+                if let Err(e) = d.nack(ACK_DEADLINE_REASON, None).await {
+                    tracing::warn!(topic = %self.group.topic, group = %self.group.name, error = %e,
+                        "taking back a delivery whose ack deadline passed failed");
+                }
+                continue;
+            }
             match self.step() {
                 Step::Deliver(d) => return Ok(d),
                 Step::Intent(p, rec) => {
@@ -154,6 +175,7 @@ impl KafkaConsumer {
                     let wait = due.map_or(Duration::from_secs(3600), |at| {
                         Duration::from_millis(at.saturating_sub(now_ms()))
                     });
+                    let wait = self.until_next_deadline().map_or(wait, |d| d.min(wait));
                     tokio::select! {
                         () = tokio::time::sleep(wait) => {}
                         () = &mut room => {}
@@ -161,6 +183,54 @@ impl KafkaConsumer {
                 }
             }
         }
+    }
+
+    /// A delivery of this group out past its deadline, taken back: made a delivery of
+    /// the caller's own, for `next` to nack (the expired one goes stale).
+    fn take_expired(&self) -> Option<KafkaDelivery> {
+        let g = &self.group;
+        let mut guard = g.shared.lock();
+        let st = &mut *guard;
+        if st.deadlines.is_empty() {
+            return None;
+        }
+        let (p, ticket, record) = {
+            let parts = &st.parts;
+            let still_out = |p: i32, o: u64, t: u64| {
+                parts
+                    .get(&p)
+                    .is_some_and(|part| part.out.get(&o) == Some(&t))
+            };
+            st.deadlines.take_expired(Instant::now(), still_out)?
+        };
+        debug_assert!(st.parts.contains_key(&p), "taken only while out");
+        st.counts.expired += 1;
+        let part = st.parts.get_mut(&p)?;
+        let o = record.offset;
+        let mine = super::group::new_epoch();
+        debug_assert_eq!(part.out.get(&o), Some(&ticket));
+        part.out.insert(o, mine);
+        let attempt = part
+            .floor
+            .failed(o)
+            .map_or(1, |f| f.attempts.saturating_add(1));
+        Some(KafkaDelivery {
+            group: g.clone(),
+            partition: p,
+            epoch: part.epoch,
+            ticket: mine,
+            record,
+            attempt,
+            settled: false,
+            auto: false,
+            deadline: None,
+        })
+    }
+
+    /// How long until the group's next ack deadline passes.
+    fn until_next_deadline(&self) -> Option<Duration> {
+        let at = self.group.shared.lock().deadlines.next_at()?;
+        Some(at.saturating_duration_since(Instant::now()) + Duration::from_millis(1))
     }
 
     /// One look at the member's state: a held record that is due, else the buffer's
@@ -324,6 +394,7 @@ fn hand_out(g: &Arc<Group>, st: &mut super::group::State, p: i32, rec: Record) -
         attempt: failed.map_or(1, |f| f.attempts.saturating_add(1)),
         settled: false,
         auto: false,
+        deadline: None,
     }
 }
 
@@ -372,6 +443,7 @@ impl KafkaDelivery {
             attempt: self.attempt,
             settled: false,
             auto: false,
+            deadline: self.deadline.clone(),
         }
     }
 
@@ -400,10 +472,49 @@ impl KafkaDelivery {
         u32::try_from(self.partition).unwrap_or(0)
     }
 
+    /// When its ack deadline passes (`None`: its consumer has none).
+    pub(crate) fn deadline(&self) -> Option<Instant> {
+        self.deadline.as_ref().map(Deadline::at)
+    }
+
+    /// Restarts the ack deadline from now: `DeliveryExpired` if it passed, `StaleDelivery`
+    /// if the delivery is no longer out (settled, reset, revoked).
+    pub(crate) fn extend_deadline(&self) -> Result<()> {
+        let Some(deadline) = &self.deadline else {
+            return Ok(());
+        };
+        // Under the lock: the expiry check cannot run between this check and the restart.
+        let st = self.group.shared.lock();
+        let now = Instant::now();
+        if deadline.passed(now) {
+            return Err(self.expired());
+        }
+        let o = self.record.offset;
+        if !st.deadlines.holds(self.partition, o, self.ticket) {
+            return Err(Error::StaleDelivery { offset: o });
+        }
+        deadline.restart(now);
+        Ok(())
+    }
+
+    fn expired(&self) -> Error {
+        Error::DeliveryExpired {
+            topic: self.group.topic.clone(),
+            group: self.group.name.clone(),
+            offset: self.record.offset,
+        }
+    }
+
     /// Takes the record back from `out` if this delivery is still current.
     fn settle(&mut self, st: &mut super::group::State) -> Result<()> {
         self.settled = true;
         let o = self.record.offset;
+        if let Some(deadline) = &self.deadline {
+            if deadline.passed(Instant::now()) {
+                return Err(self.expired());
+            }
+            st.deadlines.remove(self.partition, o, self.ticket);
+        }
         let current = st
             .parts
             .get_mut(&self.partition)

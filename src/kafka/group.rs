@@ -68,6 +68,8 @@ pub(super) struct State {
     /// Records dead-lettered by this member since it joined.
     pub dead_lettered: u64,
     pub closing: bool,
+    /// The deliveries out with an ack deadline (`deadline.rs`).
+    pub deadlines: super::deadline::Deadlines,
     /// The poll thread waits for the buffer to drain (`Shared::drained`).
     pub poller_waits: bool,
 }

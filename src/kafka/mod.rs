@@ -6,6 +6,7 @@
 //! - `clients.rs`: building and checking librdkafka configurations.
 //! - `produce.rs`: idempotent produce, single and batch.
 //! - `dedup.rs`: the `message-id` window of each topic, rebuilt from its tail.
+//! - `deadline.rs`: ack deadlines of the deliveries out.
 //! - `floor.rs`: one partition's ack floor and its encoding in a commit's metadata.
 //! - `group.rs`: a group's member in this process: its partitions, floors and committer.
 //! - `poller.rs`: a group member's poll thread, the only reader of its consumer.
@@ -35,6 +36,7 @@ use crate::queue::{GroupInfo, TopicInfo};
 
 mod clients;
 mod consumer;
+mod deadline;
 mod dedup;
 mod floor;
 mod group;
@@ -83,9 +85,6 @@ impl Kafka {
     /// `Kafka.<property>` librdkafka refuses; connects lazily.
     pub(crate) fn open(opts: Options) -> Result<Kafka> {
         opts.validate()?;
-        if opts.ack_deadline_ms > 0 {
-            return Err(unsupported("Ack Deadline Ms"));
-        }
         let producer = clients::producer(&opts)?;
         let reader = clients::reader(&opts)?;
         // A consumer's configuration is checked here too, not at the first `build`.

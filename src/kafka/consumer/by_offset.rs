@@ -238,6 +238,7 @@ fn deliver_to_self(g: &Arc<Group>, st: &mut State, record: Record) -> KafkaDeliv
         attempt,
         settled: false,
         auto: false,
+        deadline: None,
     }
 }
 
