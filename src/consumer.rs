@@ -223,7 +223,7 @@ impl Consumer {
         deliveries: Vec<Delivery>,
         reason: &str,
     ) -> Result<Vec<NackOutcome>> {
-        Delivery::nack_all(deliveries, reason)
+        Delivery::nack_all(deliveries, reason).await
     }
 
     /// Waits up to `timeout` for the next delivery (`None` if none came). Needs a tokio

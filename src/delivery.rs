@@ -80,14 +80,30 @@ impl Delivery {
     }
 
     /// [`crate::Consumer::nack_all`].
-    pub(crate) fn nack_all(ds: Vec<Delivery>, reason: &str) -> Result<Vec<NackOutcome>> {
+    pub(crate) async fn nack_all(ds: Vec<Delivery>, reason: &str) -> Result<Vec<NackOutcome>> {
         let (embedded, other) = Delivery::split(ds);
-        if !other.is_empty() {
+        if other.is_empty() {
+            return crate::runtime::nack_all(embedded, reason);
+        }
+        if !embedded.is_empty() {
             return Err(crate::error::Error::Unsupported {
-                what: "nack_all under Mode=Kafka (nack each delivery)".to_owned(),
+                what: "nack_all of deliveries of both modes at once (nack each mode's apart)"
+                    .to_owned(),
             });
         }
-        crate::runtime::nack_all(embedded, reason)
+        #[cfg(feature = "kafka")]
+        {
+            let kafka: Vec<KafkaDelivery> = other
+                .into_iter()
+                .filter_map(|d| match d.inner {
+                    DeliveryBackend::Kafka(k) => Some(k),
+                    DeliveryBackend::Embedded(_) => None,
+                })
+                .collect();
+            KafkaDelivery::nack_all(kafka, reason).await
+        }
+        #[cfg(not(feature = "kafka"))]
+        unreachable!("only Kafka deliveries are not embedded")
     }
 
     /// The topic the message was read from.

@@ -510,6 +510,45 @@ async fn auto_ack_deadlines(b: Backend) {
     assert_eq!(mq.group_info("t", "g").expect("info").cursor, 2);
 }
 
+/// `nack_all` nacks a batch: each attempt counted, every record delivered again; at the
+/// limit each is dead-lettered once, and every `next_offset` is the cursor after it.
+async fn nack_all_batches(b: Backend) {
+    let mq = b.open("Max Delivery Attempts=2");
+    publish_n(&mq, "t", 3).await;
+    let mut c = mq
+        .consumer("t", "g")
+        .manual_ack()
+        .max_in_flight(3)
+        .build()
+        .expect("consumer");
+    let first = nack_a_round(&mut c, 1).await;
+    let seen: Vec<(u32, bool, u64)> = first
+        .iter()
+        .map(|o| (o.delivery_attempt, o.dead_lettered, o.next_offset))
+        .collect();
+    assert_eq!(seen, [(1, false, 0), (1, false, 0), (1, false, 0)]);
+    let second = nack_a_round(&mut c, 2).await;
+    let seen: Vec<(u32, bool, u64)> = second
+        .iter()
+        .map(|o| (o.delivery_attempt, o.dead_lettered, o.next_offset))
+        .collect();
+    assert_eq!(seen, [(2, true, 3), (2, true, 3), (2, true, 3)]);
+    let copies = mq.fetch("t.dlq", 0, 10).await.expect("fetch the dlq");
+    assert_eq!(copies.len(), 3, "one copy each");
+    assert_eq!(mq.group_info("t", "g").expect("info").cursor, 3);
+}
+
+/// Takes records 0, 1, 2 (each at `attempt`) and nacks them with one `nack_all`.
+async fn nack_a_round(c: &mut spool::Consumer, attempt: u32) -> Vec<spool::NackOutcome> {
+    let mut ds = Vec::new();
+    for _ in 0..3 {
+        ds.push(recv(c).await);
+    }
+    let seen: Vec<(u64, u32)> = ds.iter().map(|d| (d.offset(), d.attempt())).collect();
+    assert_eq!(seen, [(0, attempt), (1, attempt), (2, attempt)]);
+    c.nack_all(ds, "downstream down").await.expect("nack_all")
+}
+
 macro_rules! in_every_mode {
     ($($rule:ident),* $(,)?) => {
         mod embedded {
@@ -543,4 +582,5 @@ in_every_mode!(
     low_level_ack_and_nack,
     ack_deadlines,
     auto_ack_deadlines,
+    nack_all_batches,
 );

@@ -31,6 +31,7 @@ use crate::queue::{ACK_DEADLINE_REASON, NackOutcome};
 
 mod by_offset;
 mod dead_letter;
+mod nack_all;
 
 /// A consumer's settings, as the public builder set them.
 #[derive(Clone, Copy, Debug)]

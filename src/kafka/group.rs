@@ -43,11 +43,12 @@ pub(super) struct Part {
 }
 
 /// A seek for the poll thread: a nack's back to its record (kept, to hold it if the
-/// seek fails), or a reset's to the new cursor.
+/// seek fails), or a reset's to the new cursor. At most one per partition waits: see
+/// `seek`.
 pub(super) struct Seek {
     pub partition: i32,
     pub offset: u64,
-    pub record: Option<Record>,
+    pub records: Vec<Record>,
 }
 
 /// What the member knows, under one lock.
@@ -347,12 +348,22 @@ impl ConsumerContext for GroupContext {
 }
 
 /// Asks for a seek of `p` to `offset`, dropping what the buffer holds of `p` from there.
+///
+/// Seeks of one partition not made yet become one, to the lowest offset. Made in turn,
+/// the last would win: a batch of nacks (0, 1, 2) would re-read only 2, and 0 and 1
+/// would never come again. From the lowest, every later record is read again, and
+/// `verdict` skips those out, held or finished (a reset's higher target included).
 pub(super) fn seek(st: &mut State, p: i32, offset: u64, record: Option<Record>) {
     st.buffer.retain(|(bp, r)| *bp != p || r.offset < offset);
+    if let Some(sk) = st.seeks.iter_mut().find(|sk| sk.partition == p) {
+        sk.offset = sk.offset.min(offset);
+        sk.records.extend(record);
+        return;
+    }
     st.seeks.push(Seek {
         partition: p,
         offset,
-        record,
+        records: record.into_iter().collect(),
     });
 }
 

@@ -76,7 +76,7 @@ pub(super) fn run(shared: &Shared, consumer: &BaseConsumer<GroupContext>, topic:
                 // Not fetching that partition now: a nacked record is handed out from
                 // memory; a reset's position is the committed one at the next assign.
                 tracing::debug!(%topic, p = sk.partition, error = %e, "seek failed");
-                if let Some(rec) = sk.record {
+                for rec in sk.records {
                     shared.hold(sk.partition, rec);
                 }
             }
