@@ -113,6 +113,25 @@ fn plan(
     Ok(out)
 }
 
+/// The groups of a topic: those with a member here (`live`), and those the broker lists
+/// that `has_commit` on it, each once, sorted. The seam for tests: librdkafka's mock
+/// cluster has no ListGroups.
+fn groups_of(
+    live: Vec<String>,
+    listed: impl IntoIterator<Item = String>,
+    mut has_commit: impl FnMut(&str) -> Result<bool>,
+) -> Result<Vec<String>> {
+    let mut out = live;
+    for g in listed {
+        if !out.contains(&g) && has_commit(&g)? {
+            out.push(g);
+        }
+    }
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
 /// Moves this process's member to `targets`: new floors, new epochs (so every delivery
 /// out is stale), nothing held or buffered, a seek to each. Returns the version to wait
 /// for. `GroupInUse` if a partition is not this member's (members run elsewhere).
@@ -154,14 +173,10 @@ impl Kafka {
             .reader()
             .fetch_group_list(None, self.timeout())
             .map_err(|e| kafka_err("listing the groups (ListGroups)", e))?;
-        let mut out: Vec<String> = self.live_groups_of(topic);
-        for g in list.groups() {
-            if !out.iter().any(|o| o == g.name()) && self.has_commit(topic, g.name(), n)? {
-                out.push(g.name().to_owned());
-            }
-        }
-        out.sort();
-        Ok(out)
+        let listed = list.groups().iter().map(|g| g.name().to_owned());
+        groups_of(self.live_groups_of(topic), listed, |g| {
+            self.has_commit(topic, g, n)
+        })
     }
 
     /// Whether `group` committed an offset for a partition of `topic`.
@@ -188,7 +203,7 @@ impl Kafka {
 mod tests {
     use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-    use super::plan;
+    use super::{groups_of, plan};
     use crate::error::{Error, Result};
     use crate::queue::OffsetReset;
 
@@ -289,5 +304,33 @@ mod tests {
             vec![(0, 10)],
             "Explicit moves partition 0, clamped"
         );
+    }
+
+    #[test]
+    fn the_groups_are_the_live_ones_and_the_listed_ones_with_a_commit_on_the_topic() {
+        let live = vec!["here".to_owned()];
+        let listed = ["other-topic", "committed", "here", "committed"].map(str::to_owned);
+        let mut asked = Vec::new();
+        let got = groups_of(live, listed, |g| {
+            asked.push(g.to_owned());
+            Ok(g == "committed")
+        })
+        .expect("groups");
+        assert_eq!(got, ["committed", "here"]);
+        assert!(
+            !asked.contains(&"here".to_owned()),
+            "a live group needs no lookup"
+        );
+    }
+
+    #[test]
+    fn a_failed_commit_lookup_fails_the_listing() {
+        let failed = |_: &str| -> Result<bool> {
+            Err(Error::Kafka {
+                context: "x".to_owned(),
+                detail: "y".to_owned(),
+            })
+        };
+        assert!(groups_of(Vec::new(), ["g".to_owned()], failed).is_err());
     }
 }
