@@ -6,7 +6,7 @@
 
 mod common_core;
 
-use std::io::{Read, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -380,6 +380,29 @@ fn busy_answer(sock: &Path) -> String {
     }
 }
 
+/// A connection holding `len` bytes of the owner's budget: a frame's length and the
+/// start of its body. The budget a request just answered still holds is given back only
+/// after its answer is written: a holder told "busy" by that race tries again.
+fn holder(sock: &Path, len: usize) -> UnixStream {
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut s = said_hello(sock);
+        s.write_all(&(len as u32).to_le_bytes()).expect("len");
+        s.write_all(&[6, 4]).expect("a start");
+        s.set_read_timeout(Some(Duration::from_secs(1)))
+            .expect("timeout");
+        let mut answer = [0u8; 1];
+        match s.read(&mut answer) {
+            // Nothing said: the owner holds the budget and waits for the body.
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                return s;
+            }
+            _ => assert!(Instant::now() < until, "never admitted"),
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// A raw connection past its hello (the owner's answer read).
 fn said_hello(sock: &Path) -> UnixStream {
     let mut s = UnixStream::connect(sock).expect("connect");
@@ -429,15 +452,7 @@ async fn requests_that_would_cost_the_owner_much_memory_are_refused() {
 
     // Frames of the largest size, their bodies never sent, fill the budget...
     let fill = MAX_INFLIGHT_BYTES / (2 * MAX_FRAME_BYTES);
-    let holding: Vec<UnixStream> = (0..fill)
-        .map(|_| {
-            let mut s = said_hello(&sock);
-            s.write_all(&(MAX_FRAME_BYTES as u32).to_le_bytes())
-                .expect("len");
-            s.write_all(&[6, 4]).expect("a start");
-            s
-        })
-        .collect();
+    let holding: Vec<UnixStream> = (0..fill).map(|_| holder(&sock, MAX_FRAME_BYTES)).collect();
     // ...so the next large one is told the owner is busy, before its body is read. (The
     // holders' threads may not have read their lengths yet on a loaded machine: a large
     // frame admitted meanwhile waits for its body, so it is closed and tried again.)
