@@ -351,7 +351,11 @@ fn verdict(st: &super::group::State, p: i32, rec: &Record) -> Verdict {
     let Some(part) = st.parts.get(&p) else {
         return Verdict::Skip;
     };
-    if part.floor.is_done(o) || part.out.contains_key(&o) || part.held.contains_key(&o) {
+    if part.floor.is_done(o)
+        || part.out.contains_key(&o)
+        || part.held.contains_key(&o)
+        || st.dead_lettering.contains(&(p, o, part.epoch))
+    {
         return Verdict::Skip;
     }
     if part.floor.intents().any(|i| i == o) {
@@ -653,7 +657,9 @@ impl KafkaDelivery {
         let record = std::mem::replace(&mut self.record, empty_record(o));
         let then = match dead_letter::topic_for(opts, &g.topic) {
             Some(dlq) if attempts >= opts.max_delivery_attempts => {
-                Then::DeadLetter(dlq, PutBack::new(&g, p, record))
+                // Taken until the dead-letter ends: a re-read meanwhile skips it.
+                st.dead_lettering.insert((p, o, self.epoch));
+                Then::DeadLetter(dlq, PutBack::new(&g, p, record).marked(self.epoch))
             }
             _ => {
                 if delay.is_zero() {
@@ -711,6 +717,8 @@ pub(super) struct PutBack {
     pub group: Arc<Group>,
     pub partition: i32,
     record: Option<Record>,
+    /// Its entry in `State::dead_lettering` (offset, epoch), removed when this ends.
+    marked: Option<(u64, u64)>,
 }
 
 impl PutBack {
@@ -719,7 +727,14 @@ impl PutBack {
             group: group.clone(),
             partition,
             record: Some(record),
+            marked: None,
         }
+    }
+
+    /// The caller put the record in `State::dead_lettering` with `epoch`.
+    fn marked(mut self, epoch: u64) -> PutBack {
+        self.marked = self.record.as_ref().map(|r| (r.offset, epoch));
+        self
     }
 
     pub fn record(&self) -> &Record {
@@ -734,12 +749,19 @@ impl PutBack {
 
 impl Drop for PutBack {
     fn drop(&mut self) {
-        if let Some(rec) = self.record.take() {
-            let mut st = self.group.shared.lock();
-            if st.parts.contains_key(&self.partition) {
-                let o = rec.offset;
-                super::group::seek(&mut st, self.partition, o, Some(rec));
-            }
+        let rec = self.record.take();
+        if rec.is_none() && self.marked.is_none() {
+            return;
+        }
+        let mut st = self.group.shared.lock();
+        if let Some((o, epoch)) = self.marked {
+            st.dead_lettering.remove(&(self.partition, o, epoch));
+        }
+        if let Some(rec) = rec
+            && st.parts.contains_key(&self.partition)
+        {
+            let o = rec.offset;
+            super::group::seek(&mut st, self.partition, o, Some(rec));
         }
     }
 }
