@@ -244,7 +244,51 @@ impl KafkaConsumer {
     pub(crate) fn try_recv(&mut self) -> Result<Option<KafkaDelivery>> {
         self.ack_last();
         self.group.kafka.check_open()?;
+        self.take_back_expired_now();
         Ok(self.try_step().map(|d| self.handed_out(d)))
+    }
+
+    /// `next`'s take-back of the deliveries past their deadline, without waiting (so an
+    /// expired delivery frees its slot for `try_recv` too): each is nacked under the lock,
+    /// its attempt committed with the next commit. One at the attempt limit is
+    /// dead-lettered on the caller's tokio runtime; with none, it is put back, and its
+    /// next nack or expiry dead-letters it.
+    fn take_back_expired_now(&self) {
+        while let Some(mut d) = self.take_expired() {
+            let epoch = d.epoch;
+            match d.fail(None) {
+                Ok(Nacked {
+                    then: Then::DeadLetter(dlq, back),
+                    attempts,
+                    ..
+                }) => {
+                    let Ok(rt) = tokio::runtime::Handle::try_current() else {
+                        drop(back);
+                        continue;
+                    };
+                    let (topic, group) = (self.group.topic.clone(), self.group.name.clone());
+                    rt.spawn(async move {
+                        let r = dead_letter::dead_letter(
+                            back,
+                            epoch,
+                            attempts,
+                            ACK_DEADLINE_REASON,
+                            &dlq,
+                        )
+                        .await;
+                        if let Err(e) = r {
+                            tracing::warn!(%topic, %group, error = %e,
+                                "dead-lettering a delivery whose ack deadline passed failed");
+                        }
+                    });
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(topic = %self.group.topic, group = %self.group.name, error = %e,
+                        "taking back a delivery whose ack deadline passed failed");
+                }
+            }
+        }
     }
 
     /// `step` without waiting; a record with a dead-letter intent goes back for `recv`.
