@@ -208,3 +208,36 @@ async fn a_record_being_dead_lettered_is_not_handed_out_meanwhile() {
     );
     assert_eq!(offsets, [0], "0 comes again");
 }
+
+/// A low-level nack of the cursor while a delivery's nack at the limit is dead-lettering
+/// it (waiting for the intent's commit): the record is finished for the group, as the
+/// embedded nack leaves it at once. It must not be dead-lettered a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_low_level_nack_during_a_dead_letter_makes_no_second_copy() {
+    let cluster = Cluster::new(&["ld", "ld.dlq"]);
+    let mq = cluster.open("Max Delivery Attempts=1;Kafka Timeout Ms=20000");
+    publish_n(&mq, "ld", 2).await;
+    let mut c = mq
+        .consumer("ld", "g")
+        .manual_ack()
+        .build()
+        .expect("consumer");
+    let d = recv(&mut c).await;
+    assert_eq!(d.offset(), 0);
+    let refuse = [RDKafkaRespErr::RD_KAFKA_RESP_ERR_OFFSET_METADATA_TOO_LARGE; 8];
+    cluster
+        .mock
+        .request_errors(RDKafkaApiKey::OffsetCommit, &refuse);
+    let nack = tokio::spawn(async move { d.nack("x").await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let low = mq.nack("ld", "g", 0, "low").await;
+    assert!(
+        matches!(low, Err(Error::NotAtCursor { actual: 0, .. })),
+        "the record is being dead-lettered: {low:?}"
+    );
+    let out = nack.await.expect("join").expect("nack");
+    assert!(out.dead_lettered);
+    let copies = mq.fetch("ld.dlq", 0, 10).await.expect("fetch the dlq");
+    assert_eq!(copies.len(), 1, "one copy");
+    assert_eq!(recv(&mut c).await.offset(), 1, "the group goes on");
+}
