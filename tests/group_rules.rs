@@ -549,6 +549,69 @@ async fn nack_a_round(c: &mut spool::Consumer, attempt: u32) -> Vec<spool::NackO
     c.nack_all(ds, "downstream down").await.expect("nack_all")
 }
 
+/// An expired delivery frees its slot for `try_recv` too, not only for `recv`: with
+/// max_in_flight(1), a consumer that only polls with `try_recv` gets the record again.
+async fn try_recv_takes_back_an_expired_delivery(b: Backend) {
+    let mq = b.open("Max Delivery Attempts=2;Ack Deadline Ms=200");
+    publish_n(&mq, "t", 2).await;
+    let mut c = mq
+        .consumer("t", "g")
+        .manual_ack()
+        .build()
+        .expect("consumer");
+    let d = recv(&mut c).await;
+    assert_eq!((d.offset(), d.attempt()), (0, 1));
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let again = try_recv_within(&mut c).await;
+    assert_eq!(
+        (again.offset(), again.attempt()),
+        (0, 2),
+        "taken back, counted"
+    );
+    assert!(matches!(
+        d.ack().await,
+        Err(Error::DeliveryExpired { offset: 0, .. })
+    ));
+    // At the limit, the take-back dead-letters it, and 1 comes.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let next = try_recv_within(&mut c).await;
+    assert_eq!((next.offset(), next.attempt()), (1, 1), "0 dead-lettered");
+    next.ack().await.expect("ack in time");
+    // Under Mode=Kafka, try_recv leaves the copy to a task (it does not wait).
+    let start = Instant::now();
+    let copies = loop {
+        let copies = mq.fetch("t.dlq", 0, 10).await.expect("fetch the dlq");
+        if !copies.is_empty() || start.elapsed() > Duration::from_secs(20) {
+            break copies;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(copies.len(), 1, "one copy");
+    assert_eq!(
+        copies[0]
+            .headers()
+            .get(spool::consts::X_DEAD_LETTER_REASON)
+            .map(String::as_str),
+        Some(spool::consts::ACK_DEADLINE_REASON)
+    );
+    drop(again);
+}
+
+/// Polls `try_recv` until it hands something out.
+async fn try_recv_within(c: &mut spool::Consumer) -> spool::Delivery {
+    let start = Instant::now();
+    loop {
+        if let Some(d) = c.try_recv().expect("try_recv") {
+            return d;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "try_recv never took the expired delivery back"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 macro_rules! in_every_mode {
     ($($rule:ident),* $(,)?) => {
         mod embedded {
@@ -583,4 +646,5 @@ in_every_mode!(
     ack_deadlines,
     auto_ack_deadlines,
     nack_all_batches,
+    try_recv_takes_back_an_expired_delivery,
 );

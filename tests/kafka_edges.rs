@@ -152,3 +152,92 @@ async fn a_missing_dead_letter_topic_does_not_stop_dead_lettering() {
     }
     assert_eq!(recv(&mut c).await.offset(), 1, "the group goes on");
 }
+
+/// A record `nack_all` dead-letters is in no state while the batch waits for the commit
+/// of its other attempts (neither out, held nor with an intent yet). The others' seek
+/// back re-reads it meanwhile: it must not be handed out (it was, to another consumer of
+/// the member, and then dead-lettered all the same).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_being_dead_lettered_is_not_handed_out_meanwhile() {
+    let cluster = Cluster::new(&["bd", "bd.dlq"]);
+    let mq = cluster.open("Max Delivery Attempts=2;Kafka Timeout Ms=20000");
+    publish_n(&mq, "bd", 2).await;
+    let mut c = mq
+        .consumer("bd", "g")
+        .manual_ack()
+        .max_in_flight(2)
+        .build()
+        .expect("consumer");
+    let d0 = recv(&mut c).await;
+    let d1 = recv(&mut c).await;
+    assert_eq!((d0.offset(), d1.offset()), (0, 1));
+    d1.nack("x").await.expect("nack 1");
+    let d1 = recv(&mut c).await;
+    assert_eq!((d1.offset(), d1.attempt()), (1, 2), "1 is at the limit");
+    let mut other = mq
+        .consumer("bd", "g")
+        .manual_ack()
+        .max_in_flight(2)
+        .build()
+        .expect("a second consumer of the member");
+    // The commits are refused for a while: the batch waits for 0's attempt meanwhile.
+    let refuse = [RDKafkaRespErr::RD_KAFKA_RESP_ERR_OFFSET_METADATA_TOO_LARGE; 8];
+    cluster
+        .mock
+        .request_errors(RDKafkaApiKey::OffsetCommit, &refuse);
+    let watcher = tokio::spawn(async move {
+        let mut got = Vec::new();
+        let until = tokio::time::Instant::now() + Duration::from_secs(4);
+        while let Ok(Ok(d)) = tokio::time::timeout_at(until, other.recv()).await {
+            got.push(d);
+        }
+        got.iter()
+            .map(spool::Delivery::offset)
+            .collect::<Vec<u64>>()
+    });
+    let outs = c.nack_all(vec![d0, d1], "x").await.expect("nack_all");
+    let seen: Vec<(u32, bool)> = outs
+        .iter()
+        .map(|o| (o.delivery_attempt, o.dead_lettered))
+        .collect();
+    assert_eq!(seen, [(1, false), (2, true)]);
+    let offsets = watcher.await.expect("watcher");
+    assert!(
+        !offsets.contains(&1),
+        "1 was handed out while it was dead-lettered: {offsets:?}"
+    );
+    assert_eq!(offsets, [0], "0 comes again");
+}
+
+/// A low-level nack of the cursor while a delivery's nack at the limit is dead-lettering
+/// it (waiting for the intent's commit): the record is finished for the group, as the
+/// embedded nack leaves it at once. It must not be dead-lettered a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_low_level_nack_during_a_dead_letter_makes_no_second_copy() {
+    let cluster = Cluster::new(&["ld", "ld.dlq"]);
+    let mq = cluster.open("Max Delivery Attempts=1;Kafka Timeout Ms=20000");
+    publish_n(&mq, "ld", 2).await;
+    let mut c = mq
+        .consumer("ld", "g")
+        .manual_ack()
+        .build()
+        .expect("consumer");
+    let d = recv(&mut c).await;
+    assert_eq!(d.offset(), 0);
+    let refuse = [RDKafkaRespErr::RD_KAFKA_RESP_ERR_OFFSET_METADATA_TOO_LARGE; 8];
+    cluster
+        .mock
+        .request_errors(RDKafkaApiKey::OffsetCommit, &refuse);
+    let nack = tokio::spawn(async move { d.nack("x").await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let low = mq.nack("ld", "g", 0, "low").await;
+    assert!(
+        matches!(low, Err(Error::NotAtCursor { actual: 0, .. })),
+        "the record is being dead-lettered: {low:?}"
+    );
+    let out = nack.await.expect("join").expect("nack");
+    assert!(out.dead_lettered);
+    let copies = mq.fetch("ld.dlq", 0, 10).await.expect("fetch the dlq");
+    assert_eq!(copies.len(), 1, "one copy");
+    assert_eq!(recv(&mut c).await.offset(), 1, "the group goes on");
+}

@@ -244,7 +244,51 @@ impl KafkaConsumer {
     pub(crate) fn try_recv(&mut self) -> Result<Option<KafkaDelivery>> {
         self.ack_last();
         self.group.kafka.check_open()?;
+        self.take_back_expired_now();
         Ok(self.try_step().map(|d| self.handed_out(d)))
+    }
+
+    /// `next`'s take-back of the deliveries past their deadline, without waiting (so an
+    /// expired delivery frees its slot for `try_recv` too): each is nacked under the lock,
+    /// its attempt committed with the next commit. One at the attempt limit is
+    /// dead-lettered on the caller's tokio runtime; with none, it is put back, and its
+    /// next nack or expiry dead-letters it.
+    fn take_back_expired_now(&self) {
+        while let Some(mut d) = self.take_expired() {
+            let epoch = d.epoch;
+            match d.fail(None) {
+                Ok(Nacked {
+                    then: Then::DeadLetter(dlq, back),
+                    attempts,
+                    ..
+                }) => {
+                    let Ok(rt) = tokio::runtime::Handle::try_current() else {
+                        drop(back);
+                        continue;
+                    };
+                    let (topic, group) = (self.group.topic.clone(), self.group.name.clone());
+                    rt.spawn(async move {
+                        let r = dead_letter::dead_letter(
+                            back,
+                            epoch,
+                            attempts,
+                            ACK_DEADLINE_REASON,
+                            &dlq,
+                        )
+                        .await;
+                        if let Err(e) = r {
+                            tracing::warn!(%topic, %group, error = %e,
+                                "dead-lettering a delivery whose ack deadline passed failed");
+                        }
+                    });
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(topic = %self.group.topic, group = %self.group.name, error = %e,
+                        "taking back a delivery whose ack deadline passed failed");
+                }
+            }
+        }
     }
 
     /// `step` without waiting; a record with a dead-letter intent goes back for `recv`.
@@ -351,7 +395,11 @@ fn verdict(st: &super::group::State, p: i32, rec: &Record) -> Verdict {
     let Some(part) = st.parts.get(&p) else {
         return Verdict::Skip;
     };
-    if part.floor.is_done(o) || part.out.contains_key(&o) || part.held.contains_key(&o) {
+    if part.floor.is_done(o)
+        || part.out.contains_key(&o)
+        || part.held.contains_key(&o)
+        || st.dead_lettering.contains(&(p, o, part.epoch))
+    {
         return Verdict::Skip;
     }
     if part.floor.intents().any(|i| i == o) {
@@ -653,7 +701,9 @@ impl KafkaDelivery {
         let record = std::mem::replace(&mut self.record, empty_record(o));
         let then = match dead_letter::topic_for(opts, &g.topic) {
             Some(dlq) if attempts >= opts.max_delivery_attempts => {
-                Then::DeadLetter(dlq, PutBack::new(&g, p, record))
+                // Taken until the dead-letter ends: a re-read meanwhile skips it.
+                st.dead_lettering.insert((p, o, self.epoch));
+                Then::DeadLetter(dlq, PutBack::new(&g, p, record).marked(self.epoch))
             }
             _ => {
                 if delay.is_zero() {
@@ -711,6 +761,8 @@ pub(super) struct PutBack {
     pub group: Arc<Group>,
     pub partition: i32,
     record: Option<Record>,
+    /// Its entry in `State::dead_lettering` (offset, epoch), removed when this ends.
+    marked: Option<(u64, u64)>,
 }
 
 impl PutBack {
@@ -719,7 +771,14 @@ impl PutBack {
             group: group.clone(),
             partition,
             record: Some(record),
+            marked: None,
         }
+    }
+
+    /// The caller put the record in `State::dead_lettering` with `epoch`.
+    fn marked(mut self, epoch: u64) -> PutBack {
+        self.marked = self.record.as_ref().map(|r| (r.offset, epoch));
+        self
     }
 
     pub fn record(&self) -> &Record {
@@ -734,12 +793,19 @@ impl PutBack {
 
 impl Drop for PutBack {
     fn drop(&mut self) {
-        if let Some(rec) = self.record.take() {
-            let mut st = self.group.shared.lock();
-            if st.parts.contains_key(&self.partition) {
-                let o = rec.offset;
-                super::group::seek(&mut st, self.partition, o, Some(rec));
-            }
+        let rec = self.record.take();
+        if rec.is_none() && self.marked.is_none() {
+            return;
+        }
+        let mut st = self.group.shared.lock();
+        if let Some((o, epoch)) = self.marked {
+            st.dead_lettering.remove(&(self.partition, o, epoch));
+        }
+        if let Some(rec) = rec
+            && st.parts.contains_key(&self.partition)
+        {
+            let o = rec.offset;
+            super::group::seek(&mut st, self.partition, o, Some(rec));
         }
     }
 }

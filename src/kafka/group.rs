@@ -11,7 +11,7 @@
 //! - **Records admitted** (`admit`): finished ones, ones out and ones held are skipped, so
 //!   a seek back or a rebalance re-reading a partition hands nothing out twice.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -73,6 +73,10 @@ pub(super) struct State {
     pub deadlines: super::deadline::Deadlines,
     /// The poll thread waits for the buffer to drain (`Shared::drained`).
     pub poller_waits: bool,
+    /// Records a nack at the limit took to dead-letter, by (partition, offset, epoch),
+    /// until its `PutBack` is done or dropped: a re-read skips them (they are neither
+    /// out nor held, and their intent may not be there yet).
+    pub dead_lettering: BTreeSet<(i32, u64, u64)>,
 }
 
 /// The latest commit's outcome: acks wait on it.

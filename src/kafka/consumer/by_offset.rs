@@ -196,15 +196,25 @@ fn at_cursor(floor: &Floor, offset: u64, next: u64) -> Result<()> {
 
 /// Takes the live member's cursor on partition 0 out of whatever state it is in: a
 /// delivery of it that is out becomes stale, a held one and a buffered read are dropped.
-/// `GroupInUse` when partition 0 is another member's.
+/// `GroupInUse` when partition 0 is another member's; `NotAtCursor` while a nack at the
+/// limit is dead-lettering it.
 fn take_cursor(g: &Group, st: &mut State, offset: u64, next: u64) -> Result<()> {
-    let Some(part) = st.parts.get_mut(&P) else {
+    let Some(part) = st.parts.get(&P) else {
         return Err(Error::GroupInUse {
             topic: g.topic.clone(),
             group: g.name.clone(),
         });
     };
     at_cursor(&part.floor, offset, next)?;
+    if st.dead_lettering.contains(&(P, offset, part.epoch)) {
+        // A nack at the limit is dead-lettering it: finished for the group, as the
+        // embedded nack leaves it at once (a second nack would make a second copy).
+        return Err(Error::NotAtCursor {
+            expected: offset + 1,
+            actual: offset,
+        });
+    }
+    let part = st.parts.get_mut(&P).expect("checked above");
     part.held.remove(&offset);
     let was_out = part.out.remove(&offset).is_some();
     if was_out {
