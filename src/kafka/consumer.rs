@@ -168,8 +168,8 @@ impl KafkaConsumer {
             }
             match self.step() {
                 Step::Deliver(d) => return Ok(d),
-                Step::Intent(p, rec) => {
-                    let back = PutBack::new(&self.group, p, rec);
+                Step::Intent(p, rec, epoch) => {
+                    let back = PutBack::new(&self.group, p, rec).marked(epoch);
                     dead_letter::resolve_intent(back).await?;
                 }
                 Step::Wait(due) => {
@@ -295,8 +295,10 @@ impl KafkaConsumer {
     fn try_step(&self) -> Option<KafkaDelivery> {
         match self.step() {
             Step::Deliver(d) => Some(d),
-            Step::Intent(p, rec) => {
-                self.group.shared.lock().buffer.push_front((p, rec));
+            Step::Intent(p, rec, epoch) => {
+                let mut st = self.group.shared.lock();
+                st.dead_lettering.remove(&(p, rec.offset, epoch));
+                st.buffer.push_front((p, rec));
                 None
             }
             Step::Wait(_) => None,
@@ -318,7 +320,8 @@ impl KafkaConsumer {
             match step_in(&self.group, &mut st) {
                 Step::Deliver(d) => ds.push(d),
                 // Its dead-letter intent is resolved by the next `recv`.
-                Step::Intent(p, rec) => {
+                Step::Intent(p, rec, epoch) => {
+                    st.dead_lettering.remove(&(p, rec.offset, epoch));
                     st.buffer.push_front((p, rec));
                     break;
                 }
@@ -342,7 +345,10 @@ impl KafkaConsumer {
 enum Step {
     Deliver(KafkaDelivery),
     /// A record whose dead-letter intent must be resolved first.
-    Intent(i32, Record),
+    /// Marked in `State::dead_lettering` with the partition's epoch, so that no re-read
+    /// hands it out or resolves it again meanwhile: `recv` resolves it, the others put
+    /// it back unmarked.
+    Intent(i32, Record, u64),
     /// Nothing to hand out; the earliest held record is due then (ms since the epoch).
     Wait(Option<u64>),
 }
@@ -374,7 +380,11 @@ fn step_in(g: &Arc<Group>, st: &mut super::group::State) -> Step {
                 }
             }
             Verdict::HandOut => return Step::Deliver(hand_out(g, st, p, rec)),
-            Verdict::Intent => return Step::Intent(p, rec),
+            Verdict::Intent => {
+                let epoch = st.parts.get(&p).map_or(0, |part| part.epoch);
+                st.dead_lettering.insert((p, rec.offset, epoch));
+                return Step::Intent(p, rec, epoch);
+            }
         }
     }
 }
