@@ -12,6 +12,8 @@
 //! - `poller.rs`: a group member's poll thread, the only reader of its consumer.
 //! - `consumer.rs`: the consumer and delivery handles over a group.
 //! - `consumer/by_offset.rs`: the low-level `ack` and `nack` of partition 0's cursor.
+//! - `consumer/expiry.rs`: taking back deliveries past their ack deadline.
+//! - `consumer/nack_all.rs`: `nack_all`.
 //! - `reset.rs`: `reset_offset` (moving this process's member, or committing from
 //!   outside the group) and `groups`.
 //! - `outside.rs`: a group's commit read and written with no member joining.
