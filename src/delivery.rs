@@ -54,6 +54,18 @@ impl Delivery {
         (embedded, other)
     }
 
+    /// The Kafka deliveries of `split`'s second part (all of them are).
+    #[cfg(feature = "kafka")]
+    fn kafka_of(other: Vec<Delivery>) -> Vec<KafkaDelivery> {
+        other
+            .into_iter()
+            .filter_map(|d| match d.inner {
+                DeliveryBackend::Kafka(k) => Some(k),
+                DeliveryBackend::Embedded(_) => None,
+            })
+            .collect()
+    }
+
     /// [`crate::Consumer::ack_all`]. Kafka deliveries are acked together: their acks
     /// share the commits made meanwhile.
     pub(crate) async fn ack_all(ds: Vec<Delivery>) -> Result<()> {
@@ -63,13 +75,7 @@ impl Delivery {
         }
         #[cfg(feature = "kafka")]
         {
-            let kafka: Vec<KafkaDelivery> = other
-                .into_iter()
-                .filter_map(|d| match d.inner {
-                    DeliveryBackend::Kafka(k) => Some(k),
-                    DeliveryBackend::Embedded(_) => None,
-                })
-                .collect();
+            let kafka = Delivery::kafka_of(other);
             let acks = KafkaDelivery::ack_all(kafka);
             let embedded = crate::runtime::ack_all(embedded).await;
             let kafka = acks.await;
@@ -93,13 +99,7 @@ impl Delivery {
         }
         #[cfg(feature = "kafka")]
         {
-            let kafka: Vec<KafkaDelivery> = other
-                .into_iter()
-                .filter_map(|d| match d.inner {
-                    DeliveryBackend::Kafka(k) => Some(k),
-                    DeliveryBackend::Embedded(_) => None,
-                })
-                .collect();
+            let kafka = Delivery::kafka_of(other);
             KafkaDelivery::nack_all(kafka, reason).await
         }
         #[cfg(not(feature = "kafka"))]

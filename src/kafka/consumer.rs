@@ -558,14 +558,7 @@ impl KafkaDelivery {
             Then::Wait(version) => version,
         };
         self.group.shared.durable(version, Some(n.offset)).await?;
-        Ok(NackOutcome {
-            delivery_attempt: n.attempts,
-            dead_lettered: false,
-            next_offset: n.next_offset,
-            redeliver_at: (!n.delay.is_zero())
-                .then(|| SystemTime::now().checked_add(n.delay))
-                .flatten(),
-        })
+        Ok(n.redelivered())
     }
 
     /// The nack's work under the lock: the attempt in the floor, and the record back in
@@ -610,6 +603,20 @@ impl KafkaDelivery {
             next_offset,
             then,
         })
+    }
+}
+
+impl Nacked {
+    /// The outcome of a nack that put the record back (not dead-lettered).
+    fn redelivered(&self) -> NackOutcome {
+        NackOutcome {
+            delivery_attempt: self.attempts,
+            dead_lettered: false,
+            next_offset: self.next_offset,
+            redeliver_at: (!self.delay.is_zero())
+                .then(|| SystemTime::now().checked_add(self.delay))
+                .flatten(),
+        }
     }
 }
 

@@ -11,7 +11,6 @@
 //! other one is nacked, and the call returns the first error in the order given.
 
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use super::super::group::Group;
 use super::{KafkaDelivery, Nacked, Then, dead_letter};
@@ -51,14 +50,7 @@ impl KafkaDelivery {
         let mut outcomes: Vec<(Arc<Group>, i32, NackOutcome)> = Vec::with_capacity(failed.len());
         for (i, (g, p, epoch, n)) in failed {
             let outcome = match n.then {
-                Then::Wait(_) => NackOutcome {
-                    delivery_attempt: n.attempts,
-                    dead_lettered: false,
-                    next_offset: n.next_offset,
-                    redeliver_at: (!n.delay.is_zero())
-                        .then(|| SystemTime::now().checked_add(n.delay))
-                        .flatten(),
-                },
+                Then::Wait(_) => n.redelivered(),
                 Then::DeadLetter(dlq, back) => {
                     match dead_letter::dead_letter(back, epoch, n.attempts, reason, &dlq).await {
                         Ok(o) => o,
