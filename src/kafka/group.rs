@@ -446,7 +446,7 @@ pub(super) fn commit_list(
 }
 
 /// The committed floors of `parts`; a partition never committed starts at its earliest.
-fn read_floors<C: ConsumerContext, K: rdkafka::consumer::Consumer<C>>(
+pub(super) fn read_floors<C: ConsumerContext, K: rdkafka::consumer::Consumer<C>>(
     consumer: &K,
     topic: &str,
     parts: &[i32],

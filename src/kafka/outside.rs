@@ -7,14 +7,12 @@
 //! - first through the broker's member list (DescribeGroups; the mock cluster has none);
 //! - then through the commit's own refusal (the members' generation owns the offsets).
 
-use rdkafka::Offset;
-use rdkafka::TopicPartitionList;
 use rdkafka::consumer::{CommitMode, Consumer as _};
 use rdkafka::types::RDKafkaErrorCode;
 
 use super::floor::Floor;
 use super::group::{self};
-use super::{Kafka, clients, kafka_err, to_u64};
+use super::{Kafka, clients, kafka_err};
 use crate::error::{Error, Result};
 
 impl Kafka {
@@ -23,20 +21,12 @@ impl Kafka {
     /// retained offset, as in embedded mode. Blocking.
     pub(super) fn floor_from_outside(&self, topic: &str, group: &str, p: i32) -> Result<Floor> {
         let c = clients::member(self.options(), group, group::context_for_check())?;
-        let mut tpl = TopicPartitionList::with_capacity(1);
-        tpl.add_partition(topic, p);
-        let committed = c
-            .committed_offsets(tpl, self.timeout())
-            .map_err(|e| kafka_err("reading the group's committed offsets", e))?;
-        let found = committed.elements().first().and_then(|e| match e.offset() {
-            Offset::Offset(o) => Some((to_u64(o), e.metadata().to_owned())),
-            _ => None,
-        });
-        drop(committed);
+        let read = group::read_floors(&c, topic, &[p], self.timeout());
         drop(c);
+        let floor = read?.into_iter().next().map(|(_, f)| f);
         let (lo, _) = self.watermarks(topic, p)?;
-        Ok(match found {
-            Some((cursor, metadata)) if cursor >= lo => Floor::from_commit(cursor, &metadata),
+        Ok(match floor {
+            Some(f) if f.cursor() >= lo => f,
             _ => Floor::from_commit(lo, ""),
         })
     }
