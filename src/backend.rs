@@ -75,13 +75,13 @@ impl Backend {
             )?)),
             #[cfg(feature = "kafka")]
             Backend::Kafka(k) => {
-                kafka_supports(&cfg)?;
                 // The builder's deadline wins over the key's; zero is none.
                 let key = std::time::Duration::from_millis(k.options().ack_deadline_ms);
                 let settings = crate::kafka::Settings {
                     manual_ack: cfg.manual_ack,
                     max_in_flight: cfg.max_in_flight,
                     ack_deadline: Some(cfg.ack_deadline.unwrap_or(key)).filter(|d| !d.is_zero()),
+                    key_ordered: cfg.key_ordered,
                 };
                 Ok(ConsumerBackend::Kafka(KafkaConsumer::build(
                     k, topic, group, settings,
@@ -109,14 +109,4 @@ pub(crate) enum DeliveryBackend {
     /// A delivery from a Kafka cluster.
     #[cfg(feature = "kafka")]
     Kafka(KafkaDelivery),
-}
-
-/// The consumer settings `Mode=Kafka` does not serve yet refuse by name, rather than
-/// silently weaken a promise.
-#[cfg(feature = "kafka")]
-fn kafka_supports(cfg: &ConsumerConfig) -> Result<()> {
-    if cfg.key_ordered {
-        return Err(crate::kafka::unsupported("key_ordered()"));
-    }
-    Ok(())
 }

@@ -35,6 +35,8 @@
 //! - `options`, `names` and `error` are leaves.
 //!
 //! See ARCHITECTURE.md for the on-disk format and the invariants.
+// One exception, with its safety argument: `kafka/commit.rs` (feature `kafka`), a bounded
+// offset commit that rdkafka's safe API does not offer.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 #![warn(clippy::unwrap_used)]

@@ -235,10 +235,11 @@ impl Spool {
     /// - Deleting a group that does not exist is `Ok`.
     /// - A delivery handed out before is stale: its ack or nack fails and changes nothing.
     pub async fn delete_group(&self, topic: &str, group: &str) -> Result<()> {
-        self.backend
-            .embedded("delete_group")?
-            .delete_group(topic, group)
-            .await
+        match &self.backend {
+            Backend::Embedded(e) => e.delete_group(topic, group).await,
+            #[cfg(feature = "kafka")]
+            Backend::Kafka(k) => k.delete_group(topic, group).await,
+        }
     }
 
     /// Kafka's deleteRecords: the records of `topic` before `offset` (clamped to the log

@@ -600,6 +600,43 @@ async fn try_recv_takes_back_an_expired_delivery(b: Backend) {
     drop(again);
 }
 
+/// `delete_group` forgets the cursor and the attempts: a consumer built later starts at
+/// the earliest, each record at its first attempt. While a consumer of the group is
+/// open, `GroupInUse`. Deleting twice, or a group that never was, is `Ok`.
+/// (The group's progress is made from outside it: on the mock cluster a commit from
+/// outside fails once a group has had members, `UnknownMemberId`.)
+async fn delete_group_forgets(b: Backend) {
+    let mq = b.open("Max Delivery Attempts=0");
+    publish_n(&mq, "t", 3).await;
+    mq.ack("t", "g", 0).await.expect("ack 0");
+    mq.nack("t", "g", 1, "bad").await.expect("nack 1");
+    assert_eq!(mq.group_info("t", "g").expect("info").cursor, 1);
+    mq.delete_group("t", "g").await.expect("delete");
+    mq.delete_group("t", "g").await.expect("delete again");
+    mq.delete_group("t", "never")
+        .await
+        .expect("a group that never was");
+    assert_eq!(
+        mq.group_info("t", "g").expect("info").cursor,
+        0,
+        "as a new group"
+    );
+    let mut c = mq
+        .consumer("t", "g")
+        .manual_ack()
+        .build()
+        .expect("consumer");
+    assert!(matches!(
+        mq.delete_group("t", "g").await,
+        Err(Error::GroupInUse { .. })
+    ));
+    for want in [0, 1] {
+        let d = recv(&mut c).await;
+        assert_eq!((d.offset(), d.attempt()), (want, 1), "forgotten");
+        d.ack().await.expect("ack");
+    }
+}
+
 /// Polls `try_recv` until it hands something out.
 async fn try_recv_within(c: &mut spool::Consumer) -> spool::Delivery {
     let start = Instant::now();
@@ -615,29 +652,7 @@ async fn try_recv_within(c: &mut spool::Consumer) -> spool::Delivery {
     }
 }
 
-macro_rules! in_every_mode {
-    ($($rule:ident),* $(,)?) => {
-        mod embedded {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $rule() {
-                    super::$rule(super::Backend::embedded()).await;
-                }
-            )*
-        }
-        #[cfg(feature = "kafka")]
-        mod kafka {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $rule() {
-                    super::$rule(super::Backend::kafka(&["t"])).await;
-                }
-            )*
-        }
-    };
-}
-
-in_every_mode!(
+crate::in_every_mode!(
     ack_floor,
     nack_redelivers,
     dead_letter_at_the_limit,
@@ -650,4 +665,5 @@ in_every_mode!(
     auto_ack_deadlines,
     nack_all_batches,
     try_recv_takes_back_an_expired_delivery,
+    delete_group_forgets,
 );

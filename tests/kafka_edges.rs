@@ -241,3 +241,38 @@ async fn a_low_level_nack_during_a_dead_letter_makes_no_second_copy() {
     assert_eq!(copies.len(), 1, "one copy");
     assert_eq!(recv(&mut c).await.offset(), 1, "the group goes on");
 }
+
+/// A cluster gone away does not hang the application: acks fail within
+/// `Kafka Timeout Ms`, and dropping the consumer and closing return. (librdkafka's own
+/// synchronous commit waits for a coordinator without end.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_close_while_the_cluster_is_down_returns() {
+    let cluster = Cluster::new(&["gone"]);
+    let mq = cluster.open("Kafka Timeout Ms=2000");
+    publish_n(&mq, "gone", 2).await;
+    let mut c = mq
+        .consumer("gone", "g")
+        .manual_ack()
+        .max_in_flight(2)
+        .build()
+        .expect("consumer");
+    let d0 = recv(&mut c).await;
+    d0.ack().await.expect("ack while the cluster is up");
+    let d1 = recv(&mut c).await;
+    cluster.mock.broker_down(1).expect("broker down");
+    let bound = Duration::from_secs(60);
+    let acked = tokio::time::timeout(bound, d1.ack()).await;
+    assert!(
+        matches!(acked, Ok(Err(_))),
+        "the ack fails in time: {acked:?}"
+    );
+    let dropped = tokio::task::spawn_blocking(move || drop(c));
+    tokio::time::timeout(bound, dropped)
+        .await
+        .expect("dropping the consumer returns")
+        .expect("no panic");
+    tokio::time::timeout(bound, mq.close())
+        .await
+        .expect("close returns")
+        .expect("close");
+}

@@ -1,27 +1,27 @@
-//! Issue 27 point 3 (key-ordered parallelism): with `key_ordered()`, at most one delivery
-//! of a key is out, each key's records come in offset order (redeliveries and delays
-//! included), other keys flow, records without a key are not held, and the cursor stays
-//! the ack floor.
-
-mod common_groups;
+//! Key-ordered parallelism (issue 27 point 3), in every mode (issue 30): with
+//! `key_ordered()`, at most one delivery of a key is out, each key's records come in
+//! offset order (redeliveries and delays included), other keys flow, records without a
+//! key are not held, and the cursor stays the ack floor.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common_groups::{Rng, assert_nothing, headers, open, recv};
+use common_modes::{Backend, WAIT, assert_nothing, recv};
 use spool::consts::MESSAGE_KEY_HEADER;
-use spool::{Consumer, Spool};
+use spool::{Consumer, Headers, Spool};
 
-const TOPIC: &str = "keyed.events";
+mod common_modes;
+
+const TOPIC: &str = "t";
 const GROUP: &str = "workers";
 
 async fn publish_keys(mq: &Spool, keys: &[Option<&str>]) {
     for k in keys {
-        let h = match k {
-            Some(k) => headers(&[(MESSAGE_KEY_HEADER, k)]),
-            None => headers(&[]),
-        };
+        let mut h = Headers::new();
+        if let Some(k) = k {
+            h.insert(MESSAGE_KEY_HEADER.into(), (*k).into());
+        }
         mq.publish(TOPIC, b"x".to_vec(), &h).await.unwrap();
     }
 }
@@ -35,12 +35,10 @@ fn keyed(mq: &Spool, max_in_flight: usize) -> Consumer {
         .expect("consumer")
 }
 
-#[tokio::test]
-async fn one_delivery_per_key_is_out_and_other_keys_flow() {
-    let dir = tempfile::tempdir().unwrap();
-    let mq = open(dir.path(), "");
-    let (a, b, c) = (Some("a"), Some("b"), Some("c"));
-    publish_keys(&mq, &[a, a, b, c, a, b]).await;
+async fn one_delivery_per_key_is_out_and_other_keys_flow(b: Backend) {
+    let mq = b.open("");
+    let (a, bk, c) = (Some("a"), Some("b"), Some("c"));
+    publish_keys(&mq, &[a, a, bk, c, a, bk]).await;
     let mut con = keyed(&mq, 8);
     let mut out = HashMap::new();
     for want in [0, 2, 3] {
@@ -48,14 +46,14 @@ async fn one_delivery_per_key_is_out_and_other_keys_flow() {
         assert_eq!(d.offset(), want);
         out.insert(want, d);
     }
-    assert_nothing(&mut con).await;
+    assert_nothing(&b, &mut con).await;
     out.remove(&0).unwrap().ack().await.unwrap();
     let d1 = recv(&mut con).await;
     assert_eq!(d1.offset(), 1, "a's next once 0 is done");
     out.remove(&2).unwrap().ack().await.unwrap();
     let d5 = recv(&mut con).await;
     assert_eq!(d5.offset(), 5, "b's next once 2 is done");
-    assert_nothing(&mut con).await;
+    assert_nothing(&b, &mut con).await;
     assert_eq!(
         mq.group_info(TOPIC, GROUP).unwrap().cursor,
         1,
@@ -63,12 +61,10 @@ async fn one_delivery_per_key_is_out_and_other_keys_flow() {
     );
 }
 
-#[tokio::test]
-async fn a_nacked_or_delayed_record_holds_back_its_own_key_only() {
-    let dir = tempfile::tempdir().unwrap();
-    let mq = open(dir.path(), "");
-    let (a, b) = (Some("a"), Some("b"));
-    publish_keys(&mq, &[a, b, a, b]).await;
+async fn a_nacked_or_delayed_record_holds_back_its_own_key_only(b: Backend) {
+    let mq = b.open("");
+    let (a, bk) = (Some("a"), Some("b"));
+    publish_keys(&mq, &[a, bk, a, bk]).await;
     let mut con = keyed(&mq, 4);
     let d0 = recv(&mut con).await;
     let d1 = recv(&mut con).await;
@@ -80,7 +76,7 @@ async fn a_nacked_or_delayed_record_holds_back_its_own_key_only() {
     let d3 = recv(&mut con).await;
     assert_eq!(d3.offset(), 3);
     d3.ack().await.unwrap();
-    assert_nothing(&mut con).await;
+    assert_nothing(&b, &mut con).await;
     // Its wait cut short (a low-level nack of the cursor, at once): a's first comes first.
     mq.nack(TOPIC, GROUP, 0, "now").await.unwrap();
     let again = recv(&mut con).await;
@@ -89,84 +85,59 @@ async fn a_nacked_or_delayed_record_holds_back_its_own_key_only() {
         (0, 3),
         "a's first comes first"
     );
-    assert_nothing(&mut con).await;
+    assert_nothing(&b, &mut con).await;
     again.ack().await.unwrap();
     assert_eq!(recv(&mut con).await.offset(), 2);
 }
 
-#[tokio::test]
-async fn records_without_a_key_are_not_held() {
-    let dir = tempfile::tempdir().unwrap();
-    let mq = open(dir.path(), "");
+async fn records_without_a_key_are_not_held(b: Backend) {
+    let mq = b.open("");
     publish_keys(&mq, &[None, None, Some("a"), None]).await;
     let mut con = keyed(&mq, 4);
-    let offsets: Vec<u64> = [
-        recv(&mut con).await,
-        recv(&mut con).await,
-        recv(&mut con).await,
-        recv(&mut con).await,
-    ]
-    .iter()
-    .map(|d| d.offset())
-    .collect();
+    // Kept out: a dropped delivery is released and comes again.
+    let mut out = Vec::new();
+    for _ in 0..4 {
+        out.push(recv(&mut con).await);
+    }
+    let offsets: Vec<u64> = out.iter().map(spool::Delivery::offset).collect();
     assert_eq!(offsets, vec![0, 1, 2, 3]);
 }
 
-#[tokio::test]
-async fn the_key_order_holds_after_a_reopen() {
-    let dir = tempfile::tempdir().unwrap();
-    let (a, b) = (Some("a"), Some("b"));
+async fn the_key_order_holds_after_a_reopen(b: Backend) {
+    let (a, bk) = (Some("a"), Some("b"));
     {
-        let mq = open(dir.path(), "");
-        publish_keys(&mq, &[a, a, b]).await;
+        let mq = b.open("");
+        publish_keys(&mq, &[a, a, bk]).await;
         let mut con = keyed(&mq, 4);
         let d0 = recv(&mut con).await;
+        assert_eq!(d0.offset(), 0);
         let hour = Duration::from_secs(3600);
         d0.nack_with_delay("later", hour).await.unwrap();
         drop(con);
         mq.close().await.unwrap();
     }
-    let mq = open(dir.path(), "");
+    let mq = b.open("");
     let mut con = keyed(&mq, 4);
     // Offset 1 (key a) waits behind the delayed 0; b flows.
     let d2 = recv(&mut con).await;
     assert_eq!(d2.offset(), 2);
-    assert_nothing(&mut con).await;
+    assert_nothing(&b, &mut con).await;
     mq.nack(TOPIC, GROUP, 0, "now").await.unwrap();
     let d0 = recv(&mut con).await;
     assert_eq!((d0.offset(), d0.attempt()), (0, 3));
-    assert_nothing(&mut con).await;
+    assert_nothing(&b, &mut con).await;
     d0.ack().await.unwrap();
     assert_eq!(recv(&mut con).await.offset(), 1);
 }
 
-/// Found by review: deleting records below the cursor while a key's record is out used
-/// to forget the keys in the middle of a hand-out, so a held-back record of that key
-/// went out beside it.
-#[tokio::test]
-async fn deleting_records_keeps_the_key_order() {
-    let dir = tempfile::tempdir().unwrap();
-    let mq = open(dir.path(), "");
-    publish_keys(&mq, &[Some("x"), Some("a"), Some("a")]).await;
-    let mut con = keyed(&mq, 8);
-    let (d0, d1) = (recv(&mut con).await, recv(&mut con).await);
-    assert_eq!((d0.offset(), d1.offset()), (0, 1));
-    assert_nothing(&mut con).await;
-    mq.delete_records_before(TOPIC, 1).await.unwrap();
-    assert_nothing(&mut con).await;
-    d1.ack().await.unwrap();
-    assert_eq!(recv(&mut con).await.offset(), 2);
-}
-
 /// Key order holds while a key-ordered consumer of the group is open, whatever other
 /// consumers of it are built later (found by review: the latest build used to decide).
-#[tokio::test]
-async fn a_plain_consumer_built_later_keeps_the_key_order() {
-    let dir = tempfile::tempdir().unwrap();
-    let mq = open(dir.path(), "");
+async fn a_plain_consumer_built_later_keeps_the_key_order(b: Backend) {
+    let mq = b.open("");
     publish_keys(&mq, &[Some("a"), Some("a"), Some("b")]).await;
     let mut k = keyed(&mq, 8);
     let d0 = recv(&mut k).await;
+    assert_eq!(d0.offset(), 0);
     let mut plain = mq
         .consumer(TOPIC, GROUP)
         .manual_ack()
@@ -175,7 +146,7 @@ async fn a_plain_consumer_built_later_keeps_the_key_order() {
         .unwrap();
     let d2 = recv(&mut plain).await;
     assert_eq!(d2.offset(), 2, "1 waits behind 0 of its key");
-    assert_nothing(&mut k).await;
+    assert_nothing(&b, &mut k).await;
     // Once no key-ordered consumer is open, the group no longer orders by key.
     drop(k);
     let d1 = recv(&mut plain).await;
@@ -185,10 +156,8 @@ async fn a_plain_consumer_built_later_keeps_the_key_order() {
 
 /// Handlers run concurrently, take random time and fail one time in eight: every key's
 /// records are finished in offset order and never two of a key at once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn under_concurrent_handlers_each_key_is_handled_in_offset_order() {
-    let dir = tempfile::tempdir().unwrap();
-    let mq = open(dir.path(), "Max Delivery Attempts=0");
+async fn under_concurrent_handlers_each_key_is_handled_in_offset_order(b: Backend) {
+    let mq = b.open("Max Delivery Attempts=0");
     let keys = ["k0", "k1", "k2", "k3", "k4", "k5"];
     let mut rng = Rng(0x5eed);
     let plan: Vec<Option<&str>> = (0..300)
@@ -230,7 +199,7 @@ async fn under_concurrent_handlers_each_key_is_handled_in_offset_order() {
             }
         }
     };
-    tokio::time::timeout(common_groups::WAIT, run)
+    tokio::time::timeout(WAIT, run)
         .await
         .expect("every record handled in time");
     for (key, offsets) in done.lock().unwrap().iter() {
@@ -240,4 +209,43 @@ async fn under_concurrent_handlers_each_key_is_handled_in_offset_order() {
         mq.group_info(TOPIC, GROUP).unwrap().cursor,
         plan.len() as u64
     );
+}
+
+/// A small deterministic generator (xorshift), so a failure replays.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+crate::in_every_mode!(
+    one_delivery_per_key_is_out_and_other_keys_flow,
+    a_nacked_or_delayed_record_holds_back_its_own_key_only,
+    records_without_a_key_are_not_held,
+    the_key_order_holds_after_a_reopen,
+    a_plain_consumer_built_later_keeps_the_key_order,
+    under_concurrent_handlers_each_key_is_handled_in_offset_order,
+);
+
+/// Embedded only (`delete_records_before` is a data directory's): found by review,
+/// deleting records below the cursor while a key's record is out used to forget the keys
+/// in the middle of a hand-out, so a held-back record of that key went out beside it.
+#[tokio::test]
+async fn deleting_records_keeps_the_key_order() {
+    let b = Backend::embedded();
+    let mq = b.open("");
+    publish_keys(&mq, &[Some("x"), Some("a"), Some("a")]).await;
+    let mut con = keyed(&mq, 8);
+    let (d0, d1) = (recv(&mut con).await, recv(&mut con).await);
+    assert_eq!((d0.offset(), d1.offset()), (0, 1));
+    assert_nothing(&b, &mut con).await;
+    mq.delete_records_before(TOPIC, 1).await.unwrap();
+    assert_nothing(&b, &mut con).await;
+    d1.ack().await.unwrap();
+    assert_eq!(recv(&mut con).await.offset(), 2);
 }

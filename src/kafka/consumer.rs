@@ -41,6 +41,8 @@ pub(crate) struct Settings {
     pub max_in_flight: usize,
     /// Each delivery's ack deadline (`deadline.rs`), if any.
     pub ack_deadline: Option<Duration>,
+    /// `key_ordered()`: the member orders by key while it is open (`key_order.rs`).
+    pub key_ordered: bool,
 }
 
 /// A consumer of one group under `Mode=Kafka`.
@@ -107,7 +109,11 @@ impl KafkaConsumer {
             });
         }
         let g = k.group(topic, group)?;
-        g.shared.lock().max_in_flight = s.max_in_flight.max(1);
+        {
+            let mut st = g.shared.lock();
+            st.max_in_flight = s.max_in_flight.max(1);
+            st.key_ordered += usize::from(s.key_ordered);
+        }
         Ok(KafkaConsumer {
             group: g,
             settings: s,
@@ -286,6 +292,7 @@ fn step_in(g: &Arc<Group>, st: &mut super::group::State) -> Step {
             Verdict::Skip => {}
             Verdict::Hold => {
                 if let Some(part) = st.parts.get_mut(&p) {
+                    part.note_key(&rec);
                     part.held.insert(rec.offset, rec);
                 }
             }
@@ -303,7 +310,7 @@ fn step_in(g: &Arc<Group>, st: &mut super::group::State) -> Step {
 enum Verdict {
     /// Finished, out, held, or of a partition no longer assigned.
     Skip,
-    /// Failed and not due yet.
+    /// Failed and not due yet, or its key has an earlier record unfinished.
     Hold,
     /// Its dead-letter intent must be resolved.
     Intent,
@@ -332,6 +339,10 @@ fn verdict(st: &super::group::State, p: i32, rec: &Record) -> Verdict {
     {
         return Verdict::Hold;
     }
+    if st.key_ordered > 0 && part.waits_for_key(rec) {
+        // Its key's turn comes when the earlier one is finished (`take_held`).
+        return Verdict::Hold;
+    }
     Verdict::HandOut
 }
 
@@ -339,12 +350,21 @@ impl Drop for KafkaConsumer {
     /// Auto-ack: a dropped consumer acks its last delivery, as a closed one does.
     fn drop(&mut self) {
         self.ack_last();
+        if self.settings.key_ordered {
+            let mut st = self.group.shared.lock();
+            debug_assert!(st.key_ordered > 0, "counted at build");
+            st.key_ordered = st.key_ordered.saturating_sub(1);
+            drop(st);
+            // Records waiting only for their key's turn may go now.
+            self.group.shared.room.notify_waiters();
+        }
     }
 }
 
 /// Marks `rec` out and makes its delivery.
 fn hand_out(g: &Arc<Group>, st: &mut super::group::State, p: i32, rec: Record) -> KafkaDelivery {
     let part: &mut Part = st.parts.get_mut(&p).expect("caller checked the partition");
+    part.note_key(&rec);
     let ticket = super::group::new_epoch();
     part.out.insert(rec.offset, ticket);
     let failed = part.floor.failed(rec.offset);
@@ -367,12 +387,14 @@ fn hand_out(g: &Arc<Group>, st: &mut super::group::State, p: i32, rec: Record) -
     }
 }
 
-/// The first held record that is due, lowest partition and offset first.
+/// The first held record that is due (and its key's turn, when ordered by key), lowest
+/// partition and offset first.
 fn take_held(g: &Arc<Group>, st: &mut super::group::State) -> Option<KafkaDelivery> {
     if st.parts.values().all(|part| part.held.is_empty()) {
         return None;
     }
     let now = now_ms();
+    let by_key = st.key_ordered > 0;
     let (p, o) = st.parts.iter().find_map(|(p, part)| {
         part.held
             .keys()
@@ -380,6 +402,7 @@ fn take_held(g: &Arc<Group>, st: &mut super::group::State) -> Option<KafkaDelive
                 part.floor
                     .failed(**o)
                     .is_none_or(|f| f.not_before_ms <= now)
+                    && (!by_key || part.key_turn(**o))
             })
             .map(|o| (*p, *o))
     })?;
@@ -387,13 +410,16 @@ fn take_held(g: &Arc<Group>, st: &mut super::group::State) -> Option<KafkaDelive
     Some(hand_out(g, st, p, rec))
 }
 
-/// When the earliest held record becomes due (ms since the epoch).
+/// When the earliest held record becomes due (ms since the epoch). One waiting for its
+/// key's turn is not counted: the ack or nack that gives it the turn wakes `recv`.
 fn next_due(st: &super::group::State) -> Option<u64> {
+    let by_key = st.key_ordered > 0;
     st.parts
         .values()
         .flat_map(|part| {
             part.held
                 .keys()
+                .filter(move |o| !by_key || part.key_turn(**o))
                 .map(|o| part.floor.failed(*o).map_or(0, |f| f.not_before_ms))
         })
         .min()
@@ -474,7 +500,7 @@ impl KafkaDelivery {
                     .parts
                     .get_mut(&self.partition)
                     .expect("settled: assigned");
-                part.floor.finish(self.record.offset);
+                part.finish(self.record.offset);
                 st.counts.acked += 1;
                 shared.bump(&mut st)
             })
@@ -515,7 +541,7 @@ impl KafkaDelivery {
                 match d.settle(&mut st) {
                     Ok(()) => {
                         let part = st.parts.get_mut(&d.partition).expect("settled: assigned");
-                        part.floor.finish(d.record.offset);
+                        part.finish(d.record.offset);
                         st.counts.acked += 1;
                         first_ok.get_or_insert((i, d.record.offset));
                     }

@@ -19,6 +19,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 const VERSION: &str = "spool1";
 
+/// The metadata of `delete_group`'s tombstone (`delete_group.rs`). It does not parse as
+/// a floor, so it reads as one with nothing above its cursor.
+pub(super) const DELETED: &str = "spool1|deleted";
+
 /// Kafka's default `offset.metadata.max.bytes`: a commit with longer metadata is refused.
 pub(super) const METADATA_MAX_BYTES: usize = 4096;
 

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer as _, ConsumerContext, Rebalance};
+use rdkafka::consumer::{BaseConsumer, Consumer as _, ConsumerContext, Rebalance};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use tokio::sync::{Notify, watch};
 
@@ -24,6 +24,7 @@ use super::floor::Floor;
 use super::{Kafka, clients, kafka_err, to_i64, to_u64};
 use crate::error::{Error, Result};
 use crate::format::record::Record;
+use crate::queue::key_order::KeyOrder;
 use crate::queue::{GroupCounts, GroupInfo, PendingAttempt};
 
 /// Tells deliveries of one assignment of a partition from those of another.
@@ -38,8 +39,11 @@ pub(super) struct Part {
     /// hand-out: only that delivery settles it (an older one of the same record is
     /// stale, as an auto-ack's shadow of a record another consumer got again).
     pub out: BTreeMap<u64, u64>,
-    /// Records to hand out again later (nacked with a delay), by offset.
+    /// Records to hand out again later (nacked with a delay, or waiting for their key's
+    /// turn), by offset.
     pub held: BTreeMap<u64, Record>,
+    /// The keys of its records out or waiting (`key_order.rs`).
+    pub keys: KeyOrder,
 }
 
 /// A seek for the poll thread: a nack's back to its record (kept, to hold it if the
@@ -77,6 +81,9 @@ pub(super) struct State {
     /// until its `PutBack` is done or dropped: a re-read skips them (they are neither
     /// out nor held, and their intent may not be there yet).
     pub dead_lettering: BTreeSet<(i32, u64, u64)>,
+    /// Consumers of this member built with `key_ordered()` and still open: while there
+    /// are any, the member orders by key (`key_order.rs`).
+    pub key_ordered: usize,
 }
 
 /// The latest commit's outcome: acks wait on it.
@@ -315,7 +322,7 @@ impl ConsumerContext for GroupContext {
                 (st.version, floors)
             };
             self.shared.room.notify_waiters();
-            let result = commit(consumer, &self.shared.topic, &floors);
+            let result = commit(consumer, &self.shared.topic, &floors, self.shared.timeout);
             if let Err(e) = &result {
                 tracing::warn!(topic = %self.shared.topic, error = %e, "commit at revoke failed");
             }
@@ -338,6 +345,7 @@ impl ConsumerContext for GroupContext {
                             epoch: new_epoch(),
                             out: BTreeMap::new(),
                             held: BTreeMap::new(),
+                            keys: KeyOrder::default(),
                         };
                         st.parts.insert(p, part);
                     }
@@ -411,18 +419,18 @@ fn floors_of(st: &State, parts: &[i32]) -> Vec<(i32, u64, String)> {
         .collect()
 }
 
-/// Commits each partition's cursor with its metadata, synchronously.
+/// Commits each partition's cursor with its metadata, waiting at most `timeout`.
 fn commit<C: ConsumerContext, K: rdkafka::consumer::Consumer<C>>(
     consumer: &K,
     topic: &str,
     floors: &[(i32, u64, String)],
+    timeout: Duration,
 ) -> Result<()> {
     if floors.is_empty() {
         return Ok(());
     }
     let tpl = commit_list(topic, floors)?;
-    consumer
-        .commit(&tpl, CommitMode::Sync)
+    super::commit::commit_within(consumer, &tpl, timeout)
         .map_err(|e| kafka_err("committing the group's offsets", e))
 }
 
@@ -445,13 +453,13 @@ pub(super) fn commit_list(
     Ok(tpl)
 }
 
-/// The committed floors of `parts`; a partition never committed starts at its earliest.
-pub(super) fn read_floors<C: ConsumerContext, K: rdkafka::consumer::Consumer<C>>(
+/// The committed offset and metadata of each of `parts` (`Offset::Invalid`: none).
+pub(super) fn committed<C: ConsumerContext, K: rdkafka::consumer::Consumer<C>>(
     consumer: &K,
     topic: &str,
     parts: &[i32],
     timeout: Duration,
-) -> Result<Vec<(i32, Floor)>> {
+) -> Result<Vec<(i32, Offset, String)>> {
     let mut tpl = TopicPartitionList::with_capacity(parts.len());
     for p in parts {
         tpl.add_partition(topic, *p);
@@ -459,18 +467,32 @@ pub(super) fn read_floors<C: ConsumerContext, K: rdkafka::consumer::Consumer<C>>
     let committed = consumer
         .committed_offsets(tpl, timeout)
         .map_err(|e| kafka_err("reading the group's committed offsets", e))?;
+    Ok(committed
+        .elements()
+        .iter()
+        .map(|e| (e.partition(), e.offset(), e.metadata().to_owned()))
+        .collect())
+}
+
+/// The committed floors of `parts`; a partition never committed starts at its earliest.
+pub(super) fn read_floors<C: ConsumerContext, K: rdkafka::consumer::Consumer<C>>(
+    consumer: &K,
+    topic: &str,
+    parts: &[i32],
+    timeout: Duration,
+) -> Result<Vec<(i32, Floor)>> {
     let mut out = Vec::with_capacity(parts.len());
-    for e in committed.elements() {
-        let floor = match e.offset() {
-            Offset::Offset(o) => Floor::from_commit(to_u64(o), e.metadata()),
+    for (p, offset, metadata) in committed(consumer, topic, parts, timeout)? {
+        let floor = match offset {
+            Offset::Offset(o) => Floor::from_commit(to_u64(o), &metadata),
             _ => {
                 let (lo, _) = consumer
-                    .fetch_watermarks(topic, e.partition(), timeout)
+                    .fetch_watermarks(topic, p, timeout)
                     .map_err(|e| kafka_err("reading a partition's watermarks", e))?;
                 Floor::from_commit(to_u64(lo), "")
             }
         };
-        out.push((e.partition(), floor));
+        out.push((p, floor));
     }
     Ok(out)
 }
@@ -568,6 +590,33 @@ impl Group {
 impl Drop for Group {
     fn drop(&mut self) {
         self.stop();
+        if !self.consumer.closed() {
+            self.close_elsewhere();
+        }
+    }
+}
+
+impl Group {
+    /// rdkafka's drop of a consumer that has not closed waits for it without end.
+    /// librdkafka closes it once its parked commits time out, `session.timeout.ms` after
+    /// the close began (a cluster gone), or never while no coordinator answers. That wait
+    /// goes to a thread of its own, so the caller's drop or close returns.
+    fn close_elsewhere(&self) {
+        tracing::warn!(topic = %self.topic, group = %self.name,
+            "the group's consumer did not close in time; it closes in the background");
+        let c = self.consumer.clone();
+        let spawned = std::thread::Builder::new()
+            .name("spool-kafka-close".into())
+            .spawn(move || {
+                // The last reference drops here: wait for the Group's own to go.
+                while Arc::strong_count(&c) > 1 {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                drop(c);
+            });
+        if let Err(e) = spawned {
+            tracing::error!(error = %e, "no thread to close the group's consumer on");
+        }
     }
 }
 
@@ -596,7 +645,7 @@ fn run_committer(shared: &Shared, consumer: &BaseConsumer<GroupContext>, topic: 
             let parts: Vec<i32> = st.parts.keys().copied().collect();
             (st.version, floors_of(&st, &parts))
         };
-        let result = commit(consumer, topic, &floors);
+        let result = commit(consumer, topic, &floors, shared.timeout);
         drop(turn);
         let Err(e) = result else {
             failing_since = None;

@@ -4,16 +4,19 @@
 //! Files, by role:
 //! - `mod.rs`: the instance: its clients, topics and the calls that need no group.
 //! - `clients.rs`: building and checking librdkafka configurations.
+//! - `commit.rs`: an offset commit bounded by `Kafka Timeout Ms` (the one `unsafe`).
 //! - `produce.rs`: idempotent produce, single and batch.
 //! - `dedup.rs`: the `message-id` window of each topic, rebuilt from its tail.
 //! - `deadline.rs`: ack deadlines of the deliveries out.
 //! - `floor.rs`: one partition's ack floor and its encoding in a commit's metadata.
 //! - `group.rs`: a group's member in this process: its partitions, floors and committer.
+//! - `key_order.rs`: key-ordered parallelism, per partition.
 //! - `poller.rs`: a group member's poll thread, the only reader of its consumer.
 //! - `consumer.rs`: the consumer and delivery handles over a group.
 //! - `consumer/by_offset.rs`: the low-level `ack` and `nack` of partition 0's cursor.
 //! - `consumer/expiry.rs`: taking back deliveries past their ack deadline.
 //! - `consumer/nack_all.rs`: `nack_all`.
+//! - `delete_group.rs`: `delete_group`, a tombstone commit per partition.
 //! - `reset.rs`: `reset_offset` (moving this process's member, or committing from
 //!   outside the group) and `groups`.
 //! - `outside.rs`: a group's commit read and written with no member joining.
@@ -37,11 +40,14 @@ use crate::options::Options;
 use crate::queue::{GroupInfo, TopicInfo};
 
 mod clients;
+mod commit;
 mod consumer;
 mod deadline;
 mod dedup;
+mod delete_group;
 mod floor;
 mod group;
+mod key_order;
 mod outside;
 mod poller;
 mod produce;

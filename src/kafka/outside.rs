@@ -7,7 +7,7 @@
 //! - first through the broker's member list (DescribeGroups; the mock cluster has none);
 //! - then through the commit's own refusal (the members' generation owns the offsets).
 
-use rdkafka::consumer::{CommitMode, Consumer as _};
+use rdkafka::consumer::Consumer as _;
 use rdkafka::types::RDKafkaErrorCode;
 
 use super::floor::Floor;
@@ -48,7 +48,7 @@ impl Kafka {
         }
         let c = clients::member(self.options(), group, group::context_for_check())?;
         let tpl = group::commit_list(topic, floors)?;
-        let r = c.commit(&tpl, CommitMode::Sync);
+        let r = super::commit::commit_within(&c, &tpl, self.timeout());
         drop(tpl);
         drop(c);
         r.map_err(|e| match e.rdkafka_error_code() {

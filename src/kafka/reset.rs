@@ -19,6 +19,7 @@ use super::group::{self, Group};
 use super::{Kafka, blocking, clients, kafka_err, to_u64};
 use crate::error::{Error, Result};
 use crate::queue::OffsetReset;
+use crate::queue::key_order::KeyOrder;
 
 impl Kafka {
     /// Moves the group's cursor; returns the new cursor (summed over the partitions).
@@ -150,6 +151,7 @@ fn move_member(g: &Arc<Group>, targets: &[(i32, u64)]) -> Result<u64> {
         part.epoch = group::new_epoch();
         part.out.clear();
         part.held.clear();
+        part.keys = KeyOrder::default();
         st.in_flight = st.in_flight.saturating_sub(out);
         group::seek(&mut st, *p, *o, None);
     }
@@ -179,23 +181,16 @@ impl Kafka {
         })
     }
 
-    /// Whether `group` committed an offset for a partition of `topic`.
+    /// Whether `group` committed an offset for a partition of `topic` (a tombstone of
+    /// `delete_group` is none).
     fn has_commit(&self, topic: &str, group: &str, partitions: i32) -> Result<bool> {
         let c = clients::member(self.options(), group, group::context_for_check())?;
-        let mut tpl = TopicPartitionList::with_capacity(partitions as usize);
-        for p in 0..partitions {
-            tpl.add_partition(topic, p);
-        }
-        let committed = c
-            .committed_offsets(tpl, self.timeout())
-            .map_err(|e| kafka_err("reading a group's committed offsets", e))?;
-        let any = committed
-            .elements()
-            .iter()
-            .any(|e| matches!(e.offset(), Offset::Offset(_)));
-        drop(committed);
+        let parts: Vec<i32> = (0..partitions).collect();
+        let committed = group::committed(&c, topic, &parts, self.timeout());
         drop(c);
-        Ok(any)
+        Ok(committed?
+            .iter()
+            .any(|(_, offset, metadata)| super::delete_group::is_state(*offset, metadata)))
     }
 }
 

@@ -84,6 +84,15 @@ impl KeyOrder {
             .is_none_or(|k| self.by_key[k].first() == Some(&offset))
     }
 
+    /// Whether an earlier offset than `offset` with `key` is out or waiting (the Kafka
+    /// member's test: a record it reads again after a seek back is known already).
+    #[cfg(feature = "kafka")]
+    pub fn has_earlier(&self, offset: u64, key: Option<&Key>) -> bool {
+        key.and_then(|k| self.by_key.get(k))
+            .and_then(BTreeSet::first)
+            .is_some_and(|&first| first < offset)
+    }
+
     /// Whether a fresh record with `key` must wait behind an earlier one of its key.
     pub fn holds_back(&self, key: Option<&Key>) -> bool {
         key.is_some_and(|k| self.by_key.contains_key(k))

@@ -59,6 +59,22 @@ impl Backend {
     }
 }
 
+/// Asserts that nothing is delivered for a while: long enough on the mock cluster for
+/// records already produced to reach the member (a shorter wait could pass unearned).
+pub async fn assert_nothing(b: &Backend, c: &mut Consumer) {
+    let quiet = if b.is_kafka() {
+        Duration::from_secs(1)
+    } else {
+        Duration::from_millis(100)
+    };
+    let d = c.recv_timeout(quiet).await.expect("recv_timeout");
+    assert!(
+        d.is_none(),
+        "expected no delivery, got offset {:?}",
+        d.map(|d| d.offset())
+    );
+}
+
 pub async fn recv(c: &mut Consumer) -> Delivery {
     tokio::time::timeout(WAIT, c.recv())
         .await
@@ -75,4 +91,30 @@ pub async fn publish_n(mq: &Spool, topic: &str, n: u64) {
             .expect("publish");
         assert_eq!(o, i);
     }
+}
+
+/// Runs each rule (an `async fn(Backend)` of the calling file) in every mode: as
+/// `embedded::<rule>` on a data directory, and as `kafka::<rule>` (feature `kafka`) on a
+/// mock cluster holding topic `t` and `t.dlq`.
+#[macro_export]
+macro_rules! in_every_mode {
+    ($($rule:ident),* $(,)?) => {
+        mod embedded {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $rule() {
+                    super::$rule(super::Backend::embedded()).await;
+                }
+            )*
+        }
+        #[cfg(feature = "kafka")]
+        mod kafka {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $rule() {
+                    super::$rule(super::Backend::kafka(&["t"])).await;
+                }
+            )*
+        }
+    };
 }

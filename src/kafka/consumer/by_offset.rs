@@ -35,7 +35,7 @@ impl Kafka {
                 let mut st = g.shared.lock();
                 take_cursor(&g, &mut st, offset, next)?;
                 let part = st.parts.get_mut(&P).expect("taken: assigned");
-                part.floor.finish(offset);
+                part.finish(offset);
                 st.counts.acked += 1;
                 g.shared.changed(&mut st)
             };

@@ -125,7 +125,7 @@ async fn finish(g: &Arc<Group>, p: i32, o: u64) -> Result<u64> {
     let (v, cursor) = {
         let mut st = g.shared.lock();
         let cursor = st.parts.get_mut(&p).map_or(0, |part| {
-            part.floor.finish(o);
+            part.finish(o);
             part.floor.cursor()
         });
         st.dead_lettered += 1;
