@@ -211,6 +211,53 @@ async fn under_concurrent_handlers_each_key_is_handled_in_offset_order(b: Backen
     );
 }
 
+/// Found by review (Mode=Kafka): a low-level delayed nack of a cursor no consumer had
+/// been handed held it without its key, so the key's next record went out first.
+async fn a_low_level_delayed_nack_of_an_unread_cursor_keeps_its_key_first(b: Backend) {
+    let mq = b.open("");
+    publish_keys(&mq, &[None, Some("a"), Some("a")]).await;
+    let mut con = keyed(&mq, 4);
+    let d0 = recv(&mut con).await;
+    assert_eq!(d0.offset(), 0);
+    d0.ack().await.unwrap();
+    let delay = Duration::from_millis(1500);
+    mq.nack_with_delay(TOPIC, GROUP, 1, "later", delay)
+        .await
+        .unwrap();
+    let d = recv(&mut con).await;
+    assert_eq!(d.offset(), 1, "a's first comes first, after its delay");
+}
+
+/// Found by review (Mode=Kafka): with max_in_flight(1), a record waiting for its key's
+/// turn took the one slot while the key's earlier record was being dead-lettered; the
+/// dead-letter cancelled (its record sought back), that record was never read again and
+/// the key was blocked for good. (Its intent, committed, makes the re-read dead-letter it.)
+async fn a_cancelled_dead_letter_does_not_block_its_key(b: Backend) {
+    let mq = b.open("Max Delivery Attempts=1");
+    publish_keys(&mq, &[Some("a"), Some("a")]).await;
+    let mut con = keyed(&mq, 1);
+    let d0 = recv(&mut con).await;
+    assert_eq!(d0.offset(), 0);
+    let mut nack = Box::pin(d0.nack("to the dead letters"));
+    // One poll: the nack takes the record to dead-letter it.
+    let first = tokio::time::timeout(Duration::ZERO, &mut nack).await;
+    if first.is_err() {
+        // Offset 1 is read meanwhile and waits for its key's turn.
+        assert_nothing(&b, &mut con).await;
+        drop(nack); // cancelled: offset 0 is sought back
+    }
+    let d = tokio::time::timeout(WAIT, con.recv())
+        .await
+        .expect("the key is not blocked")
+        .unwrap();
+    if d.offset() == 1 {
+        // 0 is finished first: dead-lettered (at once, or through its intent when read
+        // again), never redelivered after 1.
+        let dlq = mq.topic_info("t.dlq").unwrap();
+        assert_eq!(dlq.messages, 1, "1 came before 0 was finished");
+    }
+}
+
 /// A small deterministic generator (xorshift), so a failure replays.
 struct Rng(u64);
 
@@ -230,6 +277,8 @@ crate::in_every_mode!(
     the_key_order_holds_after_a_reopen,
     a_plain_consumer_built_later_keeps_the_key_order,
     under_concurrent_handlers_each_key_is_handled_in_offset_order,
+    a_low_level_delayed_nack_of_an_unread_cursor_keeps_its_key_first,
+    a_cancelled_dead_letter_does_not_block_its_key,
 );
 
 /// Embedded only (`delete_records_before` is a data directory's): found by review,

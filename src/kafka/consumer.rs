@@ -296,8 +296,25 @@ fn step_in(g: &Arc<Group>, st: &mut super::group::State) -> Step {
                     part.held.insert(rec.offset, rec);
                 }
             }
+            Verdict::KeyWait => {
+                // Held only while a slot stays free: the record its key waits for may be
+                // read again after a seek back (a cancelled or failed dead-letter), and it
+                // needs a slot to go. Else this one waits at the buffer's front.
+                if st.in_flight + held + 1 >= st.max_in_flight {
+                    st.buffer.push_front((p, rec));
+                    return Step::Wait(next_due(st));
+                }
+                if let Some(part) = st.parts.get_mut(&p) {
+                    part.note_key(&rec);
+                    part.held.insert(rec.offset, rec);
+                }
+            }
             Verdict::HandOut => return Step::Deliver(hand_out(g, st, p, rec)),
             Verdict::Intent => {
+                // Unfinished until resolved: later records of its key wait behind it.
+                if let Some(part) = st.parts.get_mut(&p) {
+                    part.note_key(&rec);
+                }
                 let epoch = st.parts.get(&p).map_or(0, |part| part.epoch);
                 st.dead_lettering.insert((p, rec.offset, epoch));
                 return Step::Intent(p, rec, epoch);
@@ -310,8 +327,11 @@ fn step_in(g: &Arc<Group>, st: &mut super::group::State) -> Step {
 enum Verdict {
     /// Finished, out, held, or of a partition no longer assigned.
     Skip,
-    /// Failed and not due yet, or its key has an earlier record unfinished.
+    /// Failed and not due yet.
     Hold,
+    /// Its key has an earlier record unfinished: its turn comes when that one is
+    /// finished (`take_held`).
+    KeyWait,
     /// Its dead-letter intent must be resolved.
     Intent,
     HandOut,
@@ -340,8 +360,7 @@ fn verdict(st: &super::group::State, p: i32, rec: &Record) -> Verdict {
         return Verdict::Hold;
     }
     if st.key_ordered > 0 && part.waits_for_key(rec) {
-        // Its key's turn comes when the earlier one is finished (`take_held`).
-        return Verdict::Hold;
+        return Verdict::KeyWait;
     }
     Verdict::HandOut
 }

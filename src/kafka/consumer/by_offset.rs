@@ -231,6 +231,8 @@ fn deliver_to_self(g: &Arc<Group>, st: &mut State, record: Record) -> KafkaDeliv
     let o = record.offset;
     group::seek(st, P, o + 1, None);
     let part = st.parts.get_mut(&P).expect("taken: assigned");
+    // Out from now on: later records of its key wait behind it (`key_order.rs`).
+    part.note_key(&record);
     let ticket = group::new_epoch();
     part.out.insert(o, ticket);
     let attempt = part
