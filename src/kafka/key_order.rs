@@ -14,6 +14,10 @@
 //! - A record read whose key has an earlier unfinished record waits in `held`.
 //!   It keeps a slot of `max_in_flight` there, unlike in embedded mode: the floor's
 //!   gaps ride in the commit's metadata, which `max_in_flight` bounds (`floor.rs`).
+//! - Such records hold at most all slots but one; past that, the next waits at the read
+//!   buffer's front. The free slot is for the record they wait for when it is read
+//!   again after a seek back (a cancelled dead-letter): with none, its key would wait
+//!   for good.
 //! - A held record goes once it is due and its key's earliest unfinished record.
 //! - A reset forgets the keys with the rest of the partition's state.
 //!
