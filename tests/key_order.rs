@@ -7,10 +7,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common_groups::Rng;
 use common_modes::{Backend, WAIT, assert_nothing, recv};
 use spool::consts::MESSAGE_KEY_HEADER;
 use spool::{Consumer, Headers, Spool};
 
+mod common_groups;
 mod common_modes;
 
 const TOPIC: &str = "t";
@@ -255,18 +257,6 @@ async fn a_cancelled_dead_letter_does_not_block_its_key(b: Backend) {
         // again), never redelivered after 1.
         let dlq = mq.topic_info("t.dlq").unwrap();
         assert_eq!(dlq.messages, 1, "1 came before 0 was finished");
-    }
-}
-
-/// A small deterministic generator (xorshift), so a failure replays.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
     }
 }
 

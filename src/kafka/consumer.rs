@@ -4,10 +4,9 @@
 //!   released), then the next record of the poll thread's buffer that `verdict` lets
 //!   through.
 //! - `ack` finishes the record in its floor and waits for the commit that covers it.
-//! - `nack` records the attempt durably (in the commit's metadata), then has the poll
-//!   thread seek the partition back to the record (Brighter's ADR 0055), so it is the
-//!   group's next delivery from this process; with a delay it is held instead, and
-//!   handed out when due.
+//! - `nack` records the attempt durably (in the commit's metadata) and holds the record
+//!   in memory: it is the group's next delivery from this process, or, with a delay, is
+//!   handed out when due. The floor never passes it (Brighter's ADR 0055).
 //! - At `Max Delivery Attempts` the copy goes to `<topic><suffix>` once: the intent is
 //!   committed first, the copy produced, then the record finished. A crash between copy
 //!   and commit is found at the next read of the record (`resolve_intent`), which looks
@@ -607,7 +606,7 @@ impl KafkaDelivery {
     }
 
     /// The nack's work under the lock: the attempt in the floor, and the record back in
-    /// place (a seek back, held for a delay) or handed to the dead-letter protocol.
+    /// place (held, due at once or after its delay) or handed to the dead-letter protocol.
     fn fail(&mut self, delay: Option<Duration>) -> Result<Nacked> {
         let g = self.group.clone();
         let (o, p) = (self.record.offset, self.partition);
@@ -631,9 +630,12 @@ impl KafkaDelivery {
                 Then::DeadLetter(dlq, PutBack::new(&g, p, record).marked(self.epoch))
             }
             _ => {
-                if delay.is_zero() {
-                    super::group::seek(&mut st, p, o, Some(record));
-                } else if let Some(part) = st.parts.get_mut(&p) {
+                // Held in memory, due at once without a delay: the group's next delivery.
+                // Not a seek back: the records read again after a seek could arrive
+                // behind ones read before it, and a record waiting for its key's turn
+                // at the buffer's front then hid the nacked one for good (the
+                // concurrent key-order rule hung 1 run in 6 under load).
+                if let Some(part) = st.parts.get_mut(&p) {
                     part.held.insert(o, record);
                 }
                 Then::Wait(g.shared.changed(&mut st))

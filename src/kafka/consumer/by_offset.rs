@@ -6,7 +6,7 @@
 //! - When this `Spool` has the group's member, in its floor. The record is taken out of
 //!   whatever state it was in: a delivery of it that is out becomes stale (its late ack
 //!   fails). A nack takes it as a delivery of its own and nacks that, so the attempt, the
-//!   backoff, the seek back and dead-lettering are the delivery's (`consumer.rs`).
+//!   backoff, the hold and dead-lettering are the delivery's (`consumer.rs`).
 //! - Otherwise, in the group's commit, read and committed from outside the group
 //!   (`outside.rs`; a group with members elsewhere refuses it: `GroupInUse`). A nack at
 //!   the limit there follows the same three steps as `dead_letter.rs`: intent, copy,
@@ -226,7 +226,7 @@ fn take_cursor(g: &Group, st: &mut State, offset: u64, next: u64) -> Result<()> 
 
 /// A delivery of `record` (the cursor, just taken) that only the low-level nack holds.
 /// The poll thread is moved past it meanwhile: it must not hand the record out while the
-/// nack runs (the nack's seek back, or a failed dead-letter's, brings it back to it).
+/// nack runs (the nack holds it, or a failed dead-letter's seek back brings it back).
 fn deliver_to_self(g: &Arc<Group>, st: &mut State, record: Record) -> KafkaDelivery {
     let o = record.offset;
     group::seek(st, P, o + 1, None);
