@@ -212,6 +212,7 @@ fn plain_consume(servers: &str, topic: &str, count: usize) -> f64 {
     consumer.subscribe(&[topic]).expect("subscribe");
     let mut got = 0;
     let mut start = None;
+    let mut in_commit = Duration::ZERO;
     while got < count {
         let Some(m) = consumer.poll(Duration::from_millis(100)) else {
             continue;
@@ -224,10 +225,15 @@ fn plain_consume(servers: &str, topic: &str, count: usize) -> f64 {
             tpl.add_partition_offset(topic, m.partition(), Offset::Offset(m.offset() + 1))
                 .expect("offset");
             drop(m);
+            let t = Instant::now();
             consumer.commit(&tpl, CommitMode::Sync).expect("commit");
+            in_commit += t.elapsed();
         }
     }
     let rate = count as f64 / start.map_or(1e-9, |s| s.elapsed().as_secs_f64());
+    if std::env::var_os("SPOOL_BENCH_DEBUG").is_some() {
+        eprintln!("rdkafka consume: {in_commit:?} in commits");
+    }
     drop(consumer);
     rate
 }

@@ -249,22 +249,31 @@ async fn a_low_level_nack_during_a_dead_letter_makes_no_second_copy() {
 async fn a_close_while_the_cluster_is_down_returns() {
     let cluster = Cluster::new(&["gone"]);
     let mq = cluster.open("Kafka Timeout Ms=2000");
-    publish_n(&mq, "gone", 2).await;
+    publish_n(&mq, "gone", 3).await;
     let mut c = mq
         .consumer("gone", "g")
         .manual_ack()
-        .max_in_flight(2)
+        .max_in_flight(3)
         .build()
         .expect("consumer");
     let d0 = recv(&mut c).await;
-    d0.ack().await.expect("ack while the cluster is up");
+    c.ack_all(vec![d0])
+        .await
+        .expect("ack while the cluster is up");
     let d1 = recv(&mut c).await;
+    let d2 = recv(&mut c).await;
     cluster.mock.broker_down(1).expect("broker down");
     let bound = Duration::from_secs(60);
     let acked = tokio::time::timeout(bound, d1.ack()).await;
     assert!(
         matches!(acked, Ok(Err(_))),
         "the ack fails in time: {acked:?}"
+    );
+    // `ack_all` sends its own commit and waits for the answer on its task.
+    let acked = tokio::time::timeout(bound, c.ack_all(vec![d2])).await;
+    assert!(
+        matches!(acked, Ok(Err(_))),
+        "the batch's ack fails in time: {acked:?}"
     );
     let dropped = tokio::task::spawn_blocking(move || drop(c));
     tokio::time::timeout(bound, dropped)
@@ -275,4 +284,37 @@ async fn a_close_while_the_cluster_is_down_returns() {
         .await
         .expect("close returns")
         .expect("close");
+}
+
+/// An `ack_all` dropped while it waits for its commit's answer (a `select!` that gave
+/// up) still acks its batch, and leaves the commit to the committer at once: a later ack
+/// does not wait for `Kafka Timeout Ms`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ack_all_dropped_while_it_waits_blocks_no_later_ack() {
+    let cluster = Cluster::new(&["dropped"]);
+    let mq = cluster.open("Kafka Timeout Ms=30000");
+    publish_n(&mq, "dropped", 3).await;
+    let mut c = mq
+        .consumer("dropped", "g")
+        .manual_ack()
+        .max_in_flight(3)
+        .build()
+        .expect("consumer");
+    let batch = vec![recv(&mut c).await, recv(&mut c).await];
+    let d2 = recv(&mut c).await;
+    {
+        // Polled once (the batch is acked and its commit sent), then dropped.
+        let mut f = std::pin::pin!(c.ack_all(batch));
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        assert!(
+            f.as_mut().poll(&mut cx).is_pending(),
+            "the commit's answer cannot be there yet"
+        );
+    }
+    tokio::time::timeout(Duration::from_secs(15), d2.ack())
+        .await
+        .expect("a later ack does not wait for the dropped one's time-out")
+        .expect("ack");
+    let info = mq.group_info("dropped", "g").expect("group_info");
+    assert_eq!(info.cursor, 3, "the dropped batch was acked and committed");
 }

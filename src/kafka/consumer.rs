@@ -569,15 +569,18 @@ impl KafkaDelivery {
             let version = first_ok.map(|_| shared.bump(&mut st));
             drop(st);
             if let (Some((i, offset)), Some(version)) = (first_ok, version) {
-                shared.wake_committer();
-                waits.push((i, shared.clone(), version, offset));
+                let sent = shared.commit_soon(&ds[start].group.consumer);
+                waits.push((i, shared.clone(), version, offset, sent));
             }
             shared.room.notify_waiters();
         }
         // Dropped after the locks: a last reference to a group stops it.
         drop(ds);
         async move {
-            for (i, shared, version, offset) in waits {
+            for (i, shared, version, offset, sent) in waits {
+                if let Some(watch) = sent {
+                    watch.answer().await;
+                }
                 if let Err(e) = shared.durable(version, Some(offset)).await {
                     errors.push((i, e));
                 }

@@ -5,6 +5,10 @@
 //! - **Acks** change a floor at once; the committer then commits every assigned
 //!   partition's cursor with its floor's metadata (`floor.rs`) in one `OffsetCommit`. An
 //!   ack waits for the commit that covers it; acks made meanwhile share the next one.
+//!   An `ack_all` sends that commit itself when none is being made (`ack_commit.rs`).
+//! - **One commit at a time** (`State::turn`): a commit's snapshot of the floors is taken
+//!   only once the one before was answered, so commits land in the order of their
+//!   snapshots and none moves a floor back.
 //! - **Rebalances**: on revoke, the lost partitions' floors are committed and their
 //!   deliveries fenced (a late ack fails with `StaleDelivery`, as after a reset); on
 //!   assign, each partition's floor is read back from its committed offset and metadata.
@@ -20,6 +24,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer as _, ConsumerContext, Rebalance}
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use tokio::sync::{Notify, watch};
 
+use super::ack_commit::Pending;
 use super::floor::Floor;
 use super::{Kafka, clients, kafka_err, to_i64, to_u64};
 use crate::error::{Error, Result};
@@ -61,8 +66,16 @@ pub(super) struct State {
     pub parts: BTreeMap<i32, Part>,
     /// Bumped by every change a commit must carry.
     pub version: u64,
-    /// The version the committer took last.
-    taken: u64,
+    /// The version whose snapshot was taken for a commit last.
+    pub(super) taken: u64,
+    /// A commit is being made (a snapshot of the floors taken, its answer not handled):
+    /// by the committer, by an ack (`pending`), or by the revoke. Commits land in the
+    /// order of their snapshots, so one at a time.
+    pub(super) turn: bool,
+    /// A commit an `ack_all` sent (`ack_commit.rs`).
+    pub(super) pending: Option<Pending>,
+    /// Since when commits have failed (none succeeded since).
+    pub(super) failing_since: Option<Instant>,
     pub max_in_flight: usize,
     pub in_flight: usize,
     pub counts: GroupCounts,
@@ -113,19 +126,18 @@ struct Failure {
 
 /// What the member, its rebalance callbacks and its committer share.
 pub(super) struct Shared {
-    topic: String,
+    pub(super) topic: String,
     timeout: Duration,
     state: Mutex<State>,
     /// Wakes the committer.
-    dirty: Condvar,
+    pub(super) dirty: Condvar,
     /// Wakes the poll thread waiting for room in the buffer (`State::poller_waits`).
     pub drained: Condvar,
     committed: watch::Sender<Committed>,
     /// Wakes a `recv` waiting for room or a held record.
     pub room: Notify,
-    /// Held from a snapshot of the floors to the end of its commit, by the committer and
-    /// the revoke: commits land in the order of their snapshots.
-    commit_turn: Mutex<()>,
+    /// Wakes the revoke waiting for the commit turn (`State::turn`).
+    turn_free: Condvar,
     /// Records the poll thread read and has not moved to `State::buffer` yet: it moves a
     /// poll's worth at a time, under one state lock. Only the poll thread touches it (the
     /// rebalance callbacks run on it too, and move it first, so every record reaches the
@@ -152,8 +164,34 @@ impl Shared {
         st.version
     }
 
-    /// Wakes the committer after a `bump`; made without the state lock held.
+    /// Wakes the committer after a `bump`; made without the state lock held. Acks made
+    /// back to back (a `join_all`) share the commit the committer then makes.
     pub fn wake_committer(&self) {
+        self.dirty.notify_one();
+    }
+
+    /// Takes the commit turn and the floors to commit, as of the current version.
+    pub(super) fn snapshot(&self, st: &mut State) -> (u64, Vec<(i32, u64, String)>) {
+        debug_assert!(!st.turn, "one commit at a time");
+        st.turn = true;
+        st.taken = st.version;
+        let parts: Vec<i32> = st.parts.keys().copied().collect();
+        (st.version, floors_of(st, &parts))
+    }
+
+    /// Waits for the commit turn (the revoke, on the poll thread) and takes it.
+    fn take_turn<'a>(&'a self, mut st: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
+        while st.turn {
+            st = self.turn_free.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+        st.turn = true;
+        st
+    }
+
+    /// Ends a commit: the next may take its snapshot.
+    pub(super) fn give_turn(&self) {
+        self.lock().turn = false;
+        self.turn_free.notify_all();
         self.dirty.notify_one();
     }
 
@@ -218,7 +256,7 @@ impl Shared {
     }
 
     /// Tells the acks waiting for `version` or below how its commit went.
-    fn committed(&self, version: u64, result: Result<()>, revoked: bool) {
+    pub(super) fn committed(&self, version: u64, result: Result<()>, revoked: bool) {
         match result {
             Ok(()) => self.committed.send_modify(|c| c.ok = c.ok.max(version)),
             Err(e) => {
@@ -299,17 +337,11 @@ impl ConsumerContext for GroupContext {
         self.shared.arrived();
         if let Rebalance::Revoke(tpl) = rebalance {
             let lost: Vec<i32> = tpl.elements().iter().map(|e| e.partition()).collect();
-            // One commit at a time: the committer's older snapshot cannot land after this
-            // one and move a floor back.
-            let _turn = self
-                .shared
-                .commit_turn
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
             // Every assigned partition's floor, as of one version: a success covers every
-            // ack made so far, whichever partition it was of.
+            // ack made so far, whichever partition it was of. One commit at a time: an
+            // older snapshot cannot land after this one and move a floor back.
             let (version, floors) = {
-                let mut st = self.shared.lock();
+                let mut st = self.shared.take_turn(self.shared.lock());
                 let all: Vec<i32> = st.parts.keys().copied().collect();
                 let floors = floors_of(&st, &all);
                 for p in &lost {
@@ -327,8 +359,11 @@ impl ConsumerContext for GroupContext {
                 tracing::warn!(topic = %self.shared.topic, error = %e, "commit at revoke failed");
             }
             // The lost partitions' acks are never committed by this member again: their
-            // waiters learn now whether they are durable.
+            // waiters learn now whether they are durable. Before the turn is given back:
+            // a later commit's success must not be told first (it would cover the versions
+            // this one lost).
             self.shared.committed(version, result, true);
+            self.shared.give_turn();
         }
     }
 
@@ -401,7 +436,7 @@ impl Shared {
             drained: Condvar::new(),
             committed: watch::channel(Committed::default()).0,
             room: Notify::new(),
-            commit_turn: Mutex::new(()),
+            turn_free: Condvar::new(),
             polled: Mutex::new(Vec::new()),
         }
     }
@@ -583,6 +618,9 @@ impl Group {
         for h in threads {
             let _ = h.join();
         }
+        // The committer waits for every commit sent before it ends; a commit sent after
+        // (none is: `commit_soon` checks `closing`) goes while the consumer still lives.
+        drop(self.shared.lock().pending.take());
         self.shared.committed.send_modify(|c| c.closed = true);
     }
 }
@@ -620,50 +658,74 @@ impl Group {
     }
 }
 
-/// Commits whenever the state changed. A failed commit (a rebalance in progress, a
-/// broker away) is retried every `RETRY` while its acks wait; they fail once commits
-/// have failed for `Kafka Timeout Ms`. Ends, after a last commit, once the member closes.
+/// Commits whenever the state changed, and answers for the commits `ack_all`s sent that
+/// their tasks left to it (`ack_commit.rs`). A failed commit (a rebalance in progress, a
+/// broker away) is retried every `RETRY` while its acks wait; they fail once commits have
+/// failed for `Kafka Timeout Ms`. Ends, after a last commit, once the member closes.
 fn run_committer(shared: &Shared, consumer: &BaseConsumer<GroupContext>, topic: &str) {
-    const RETRY: Duration = Duration::from_millis(100);
-    let mut failing_since: Option<Instant> = None;
     loop {
-        let turn;
-        let (version, floors) = {
-            let mut st = shared.lock();
-            while st.version == st.taken && !st.closing {
-                st = shared.dirty.wait(st).unwrap_or_else(|e| e.into_inner());
-            }
-            if st.version == st.taken {
-                return;
-            }
-            // The turn before the snapshot; the state lock is let go to take it in the
-            // revoke's order (turn, then state).
+        let mut st = wait_for_work(shared);
+        let (version, result) = if let Some(p) = st.pending.take() {
             drop(st);
-            turn = shared.commit_turn.lock().unwrap_or_else(|e| e.into_inner());
-            st = shared.lock();
-            st.taken = st.version;
-            let parts: Vec<i32> = st.parts.keys().copied().collect();
-            (st.version, floors_of(&st, &parts))
+            (p.version, p.issued.answer(shared.timeout))
+        } else if st.version == st.taken {
+            debug_assert!(st.closing && !st.turn, "nothing left to commit or wait for");
+            return;
+        } else {
+            let (version, floors) = shared.snapshot(&mut st);
+            drop(st);
+            (version, commit(consumer, topic, &floors, shared.timeout))
         };
-        let result = commit(consumer, topic, &floors, shared.timeout);
-        drop(turn);
+        // Each outcome is told before the turn passes: a later commit's success must not
+        // be told first (a revoke's failure would then lose versions it covers).
         let Err(e) = result else {
-            failing_since = None;
+            shared.lock().failing_since = None;
             shared.committed(version, Ok(()), false);
+            shared.give_turn();
             continue;
         };
         tracing::warn!(%topic, error = %e, "offset commit failed; retrying");
-        let since = *failing_since.get_or_insert_with(Instant::now);
         let mut st = shared.lock();
+        let since = *st.failing_since.get_or_insert_with(Instant::now);
         if st.closing || since.elapsed() >= shared.timeout {
-            failing_since = None;
+            st.failing_since = None;
             shared.committed(version, Err(e), false);
         }
+        st.turn = false;
+        shared.turn_free.notify_all();
         if st.closing {
             return;
         }
         st.taken = st.taken.min(version.saturating_sub(1));
         drop(shared.dirty.wait_timeout(st, RETRY));
+    }
+}
+
+/// A failed commit is retried after this.
+const RETRY: Duration = Duration::from_millis(100);
+
+/// Waits until the committer has something to do: a commit an `ack_all`'s task left to
+/// it (or has watched for longer than `Kafka Timeout Ms`), else a change to commit, or
+/// the end.
+fn wait_for_work(shared: &Shared) -> MutexGuard<'_, State> {
+    let mut st = shared.lock();
+    loop {
+        if let Some(p) = &st.pending {
+            let left =
+                (p.sent_at + shared.timeout + RETRY).saturating_duration_since(Instant::now());
+            if !p.watched || left.is_zero() {
+                return st;
+            }
+            st = shared
+                .dirty
+                .wait_timeout(st, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        } else if !st.turn && (st.version != st.taken || st.closing) {
+            return st;
+        } else {
+            st = shared.dirty.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
     }
 }
 

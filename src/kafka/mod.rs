@@ -4,7 +4,9 @@
 //! Files, by role:
 //! - `mod.rs`: the instance: its clients, topics and the calls that need no group.
 //! - `clients.rs`: building and checking librdkafka configurations.
-//! - `commit.rs`: an offset commit bounded by `Kafka Timeout Ms` (the one `unsafe`).
+//! - `commit.rs`: an offset commit bounded by `Kafka Timeout Ms` (the one module with
+//!   `unsafe` code).
+//! - `ack_commit.rs`: an `ack_all`'s commit, sent and awaited on its own task.
 //! - `produce.rs`: idempotent produce, single and batch.
 //! - `dedup.rs`: the `message-id` window of each topic, rebuilt from its tail.
 //! - `deadline.rs`: ack deadlines of the deliveries out.
@@ -39,6 +41,7 @@ use crate::format::record::Record;
 use crate::options::Options;
 use crate::queue::{GroupInfo, TopicInfo};
 
+mod ack_commit;
 mod clients;
 mod commit;
 mod consumer;
