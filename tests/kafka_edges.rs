@@ -1,6 +1,7 @@
 //! `Mode=Kafka` where it could go wrong (from review): a nack whose commit fails, a nack
 //! delay too large to add, two auto-ack consumers of one member, the commit metadata's
-//! bound, conflicting or spool-owned librdkafka properties, a missing dead-letter topic.
+//! bound, conflicting or spool-owned librdkafka properties, a missing dead-letter topic,
+//! a Kafka key without the `message-key` header.
 #![cfg(feature = "kafka")]
 
 use std::time::Duration;
@@ -317,4 +318,53 @@ async fn an_ack_all_dropped_while_it_waits_blocks_no_later_ack() {
         .expect("ack");
     let info = mq.group_info("dropped", "g").expect("group_info");
     assert_eq!(info.cursor, 3, "the dropped batch was acked and committed");
+}
+
+/// A record another client produced with a Kafka key and no `message-key` header reads
+/// with that header, and `key_ordered()` orders it by that key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kafka_key_without_the_header_is_the_message_key() {
+    use rdkafka::ClientConfig;
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+    let cluster = Cluster::new(&["keyed"]);
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", cluster.mock.bootstrap_servers())
+        .create()
+        .expect("producer");
+    for (i, key) in ["a", "a", "b"].into_iter().enumerate() {
+        let payload = format!("m{i}");
+        let record = FutureRecord::to("keyed").key(key).payload(&payload);
+        producer
+            .send(record, Duration::from_secs(10))
+            .await
+            .expect("produce");
+    }
+    let mq = cluster.open("");
+    let mut c = mq
+        .consumer("keyed", "g")
+        .manual_ack()
+        .max_in_flight(3)
+        .key_ordered()
+        .build()
+        .expect("consumer");
+    let d0 = recv(&mut c).await;
+    assert_eq!(d0.offset(), 0);
+    assert_eq!(
+        d0.headers().get("message-key").map(String::as_str),
+        Some("a")
+    );
+    let d2 = recv(&mut c).await;
+    assert_eq!(d2.offset(), 2, "record 1 waits for its key's turn");
+    let none = c
+        .recv_timeout(Duration::from_secs(1))
+        .await
+        .expect("recv_timeout");
+    assert!(
+        none.is_none(),
+        "key a has a record out: {:?}",
+        none.map(|d| d.offset())
+    );
+    d0.ack().await.expect("ack");
+    let d1 = recv(&mut c).await;
+    assert_eq!(d1.offset(), 1, "key a's turn");
 }

@@ -26,7 +26,7 @@ use crate::error::{Error, Result};
 use crate::format::Headers;
 use crate::format::record::{Record, system_time_ms};
 use crate::options::MAX_MS;
-use crate::queue::{ACK_DEADLINE_REASON, NackOutcome};
+use crate::queue::{ACK_DEADLINE_REASON, MESSAGE_KEY_HEADER, NackOutcome};
 
 mod by_offset;
 mod dead_letter;
@@ -72,6 +72,9 @@ pub(crate) struct KafkaDelivery {
 }
 
 /// The record of a consumed message; headers without a value read as empty strings.
+/// A Kafka key without a `message-key` header (another client produced it) becomes that
+/// header, as spool's own publish maps it: `key_ordered()` orders by it, and a
+/// dead-letter copy keeps it. A key that is not UTF-8 is read lossily.
 pub(crate) fn record_of(m: &BorrowedMessage<'_>) -> Record {
     let mut headers = Headers::new();
     if let Some(hs) = m.headers() {
@@ -79,6 +82,12 @@ pub(crate) fn record_of(m: &BorrowedMessage<'_>) -> Record {
             let v = h.value.map(String::from_utf8_lossy).unwrap_or_default();
             headers.insert(h.key.to_owned(), v.into_owned());
         }
+    }
+    if let Some(key) = m.key()
+        && !headers.contains_key(MESSAGE_KEY_HEADER)
+    {
+        let key = String::from_utf8_lossy(key).into_owned();
+        headers.insert(MESSAGE_KEY_HEADER.to_owned(), key);
     }
     Record {
         offset: to_u64(m.offset()),
