@@ -368,3 +368,53 @@ async fn a_kafka_key_without_the_header_is_the_message_key() {
     let d1 = recv(&mut c).await;
     assert_eq!(d1.offset(), 1, "key a's turn");
 }
+
+/// Records the cluster deleted below the group's committed cursor before the group read
+/// them (retention: the mock keeps about 5 MiB a partition) do not hold the floor: the
+/// group resumes at the earliest record left and its cursor reaches the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_deleted_before_they_were_read_do_not_hold_the_floor() {
+    let cluster = Cluster::new(&["trimmed"]);
+    let mq = cluster.open("");
+    publish_n(&mq, "trimmed", 1).await;
+    {
+        let mut c = mq
+            .consumer("trimmed", "g")
+            .manual_ack()
+            .build()
+            .expect("consumer");
+        recv(&mut c).await.ack().await.expect("ack");
+        c.close().await.expect("close");
+    }
+    // About 7 MiB more: the mock drops the partition's oldest records.
+    let big = vec![7u8; 100 << 10];
+    for _ in 0..70 {
+        mq.publish("trimmed", big.clone(), &spool::Headers::new())
+            .await
+            .expect("publish");
+    }
+    let info = mq.topic_info("trimmed").expect("topic_info");
+    assert!(
+        info.earliest > 1,
+        "the mock deleted the first records: {info:?}"
+    );
+    let mut c = mq
+        .consumer("trimmed", "g")
+        .manual_ack()
+        .build()
+        .expect("consumer");
+    let mut first = None;
+    for _ in info.earliest..info.next {
+        let d = recv(&mut c).await;
+        first.get_or_insert(d.offset());
+        d.ack().await.expect("ack");
+    }
+    assert_eq!(
+        first,
+        Some(info.earliest),
+        "resumed at the earliest record left"
+    );
+    let g = mq.group_info("trimmed", "g").expect("group_info");
+    assert_eq!(g.cursor, info.next, "the cursor passed the deleted records");
+    assert_eq!(g.lag, 0, "nothing left: {g:?}");
+}

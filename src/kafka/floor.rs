@@ -14,6 +14,11 @@
 //!
 //! Metadata that does not parse (written by another client) reads as "no acks above the
 //! cursor": the safe side, as records are delivered again rather than lost.
+//!
+//! Offsets may have no record (`skip`): retention or a DeleteRecords took them before they
+//! were read, compaction removed them, or they hold a transaction's marker. The poll
+//! thread finds them as gaps between the offsets it reads. They count as finished, in
+//! memory only: a restart reads past them again and finds them again.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -50,6 +55,8 @@ pub(super) struct Floor {
     acked: BTreeSet<u64>,
     failed: BTreeMap<u64, Failed>,
     intents: BTreeSet<u64>,
+    /// Offsets with no record above the cursor, as ranges: start -> end (exclusive).
+    gone: BTreeMap<u64, u64>,
 }
 
 impl Floor {
@@ -76,7 +83,27 @@ impl Floor {
 
     /// Whether `offset` is finished (acked or dead-lettered).
     pub fn is_done(&self, offset: u64) -> bool {
-        offset < self.cursor || self.acked.contains(&offset)
+        offset < self.cursor || self.acked.contains(&offset) || self.is_gone(offset)
+    }
+
+    fn is_gone(&self, offset: u64) -> bool {
+        self.gone
+            .range(..=offset)
+            .next_back()
+            .is_some_and(|(_, end)| offset < *end)
+    }
+
+    /// Offsets `from..to` have no record (see the module's notes): they count as
+    /// finished. Returns whether the cursor moved.
+    pub fn skip(&mut self, from: u64, to: u64) -> bool {
+        let from = from.max(self.cursor);
+        if from >= to {
+            return false;
+        }
+        let before = self.cursor;
+        self.gone.insert(from, to);
+        self.normalise();
+        self.cursor != before
     }
 
     /// The failed attempts recorded for `offset`.
@@ -196,12 +223,25 @@ impl Floor {
 
     /// Moves the cursor over finished offsets and drops what lies below it.
     fn normalise(&mut self) {
-        while self.acked.remove(&self.cursor) {
-            self.failed.remove(&self.cursor);
-            self.intents.remove(&self.cursor);
-            self.cursor += 1;
+        loop {
+            if self.acked.remove(&self.cursor) {
+                self.failed.remove(&self.cursor);
+                self.intents.remove(&self.cursor);
+                self.cursor += 1;
+            } else if let Some(end) = self
+                .gone
+                .range(..=self.cursor)
+                .next_back()
+                .map(|(_, end)| *end)
+                .filter(|end| *end > self.cursor)
+            {
+                self.cursor = end;
+            } else {
+                break;
+            }
         }
         let cursor = self.cursor;
+        self.gone.retain(|_, end| *end > cursor);
         self.acked.retain(|o| *o >= cursor);
         self.failed.retain(|o, _| *o >= cursor);
         self.intents.retain(|o| *o >= cursor);
@@ -229,6 +269,26 @@ fn ranges(set: &BTreeSet<u64>) -> impl Iterator<Item = (u64, u64)> + '_ {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn offsets_with_no_record_count_as_finished() {
+        let mut f = Floor::from_commit(10, "");
+        f.finish(11);
+        f.fail(14, 0);
+        // 12-13 gone (a marker, compaction): above the cursor, 10 still unfinished.
+        assert!(!f.skip(12, 14));
+        assert!(f.is_done(12) && f.is_done(13) && !f.is_done(14));
+        assert_eq!(f.cursor(), 10);
+        assert!(f.finish(10));
+        assert_eq!(f.cursor(), 14, "over 11 acked and 12-13 gone");
+        // Retention took 14-99 (14 had failed once) before they were read again.
+        assert!(f.skip(14, 100));
+        assert_eq!(f.cursor(), 100);
+        assert_eq!(f.failed(14), None);
+        assert_eq!(f.metadata(), "spool1|a:|f:|d:");
+        // Below the cursor: nothing to do.
+        assert!(!f.skip(50, 90));
+    }
 
     #[test]
     fn out_of_order_acks_wait_above_the_cursor() {

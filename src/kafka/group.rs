@@ -49,6 +49,9 @@ pub(super) struct Part {
     pub held: BTreeMap<u64, Record>,
     /// The keys of its records out or waiting (`key_order.rs`).
     pub keys: KeyOrder,
+    /// The offset the poll thread reads next, if known (the position it fetches from):
+    /// a record read above it means the offsets between have no record (`Floor::skip`).
+    pub read_next: Option<u64>,
 }
 
 /// A seek for the poll thread: a nack's back to its record (kept, to hold it if the
@@ -234,14 +237,25 @@ impl Shared {
         // Only a first record wakes a `recv`: one that waits while records are buffered
         // waits for room, which an ack or nack signals.
         let was_empty = st.buffer.is_empty();
+        let mut skipped = false;
         for (p, rec) in batch {
             let sought = st
                 .seeks
                 .iter()
                 .any(|s| s.partition == p && s.offset <= rec.offset);
-            if st.parts.contains_key(&p) && !sought {
-                st.buffer.push_back((p, rec));
+            let Some(part) = st.parts.get_mut(&p).filter(|_| !sought) else {
+                continue;
+            };
+            // Read in order from `read_next`: what lies between had no record.
+            if let Some(next) = part.read_next {
+                skipped |= part.floor.skip(next, rec.offset);
             }
+            part.read_next = Some(rec.offset + 1);
+            st.buffer.push_back((p, rec));
+        }
+        if skipped {
+            // The cursor moved: a commit carries it.
+            self.changed(&mut st);
         }
         let wake = was_empty && !st.buffer.is_empty();
         drop(st);
@@ -376,6 +390,7 @@ impl ConsumerContext for GroupContext {
                     let mut st = self.shared.lock();
                     for (p, floor) in floors {
                         let part = Part {
+                            read_next: Some(floor.cursor()),
                             floor,
                             epoch: new_epoch(),
                             out: BTreeMap::new(),

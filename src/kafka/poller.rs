@@ -76,7 +76,13 @@ pub(super) fn run(shared: &Shared, consumer: &BaseConsumer<GroupContext>, topic:
             // partition in a state that refuses it) without a word, and the records
             // sought back never came again (seen: 1 run in 6 of the concurrent
             // key-order rule under load). Told, the records are held instead.
-            if let Err(e) = consumer.seek(topic, sk.partition, to, shared.timeout()) {
+            let sought = consumer.seek(topic, sk.partition, to, shared.timeout());
+            if sought.is_ok()
+                && let Some(part) = shared.lock().parts.get_mut(&sk.partition)
+            {
+                part.read_next = Some(sk.offset);
+            }
+            if let Err(e) = sought {
                 // Not fetching that partition now: a nacked record is handed out from
                 // memory; a reset's position is the committed one at the next assign.
                 tracing::debug!(%topic, p = sk.partition, error = %e, "seek failed");

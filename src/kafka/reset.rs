@@ -152,6 +152,8 @@ fn move_member(g: &Arc<Group>, targets: &[(i32, u64)]) -> Result<u64> {
         part.out.clear();
         part.held.clear();
         part.keys = KeyOrder::default();
+        // Known again once the poll thread made the seek.
+        part.read_next = None;
         st.in_flight = st.in_flight.saturating_sub(out);
         group::seek(&mut st, *p, *o, None);
     }
