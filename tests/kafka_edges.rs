@@ -418,3 +418,75 @@ async fn records_deleted_before_they_were_read_do_not_hold_the_floor() {
     assert_eq!(g.cursor, info.next, "the cursor passed the deleted records");
     assert_eq!(g.lag, 0, "nothing left: {g:?}");
 }
+
+/// An `ack_all` polled once (its commit sent) and then held unpolled, as the future of a
+/// `select!` whose other branch runs, blocks no other ack: the committer does not wait
+/// `Kafka Timeout Ms` for a task that is not looking.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ack_all_held_unpolled_blocks_no_later_ack() {
+    let cluster = Cluster::new(&["held"]);
+    let mq = cluster.open("Kafka Timeout Ms=30000");
+    publish_n(&mq, "held", 3).await;
+    let mut c = mq
+        .consumer("held", "g")
+        .manual_ack()
+        .max_in_flight(3)
+        .build()
+        .expect("consumer");
+    let batch = vec![recv(&mut c).await, recv(&mut c).await];
+    let d2 = recv(&mut c).await;
+    let mut f = std::pin::pin!(c.ack_all(batch));
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    assert!(
+        f.as_mut().poll(&mut cx).is_pending(),
+        "the commit's answer cannot be there yet"
+    );
+    tokio::time::timeout(Duration::from_secs(15), d2.ack())
+        .await
+        .expect("a later ack does not wait for the held one's time-out")
+        .expect("ack");
+    tokio::time::timeout(Duration::from_secs(15), f)
+        .await
+        .expect("the held ack_all ends")
+        .expect("ack_all");
+    let info = mq.group_info("held", "g").expect("group_info");
+    assert_eq!(info.cursor, 3, "all acked and committed");
+}
+
+/// A consumer dropped while an `ack_all` made through another consumer holds its
+/// member's commit (polled once, then held unpolled) closes without waiting
+/// `Kafka Timeout Ms` for that task.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drop_while_an_ack_all_is_held_unpolled_returns_soon() {
+    let cluster = Cluster::new(&["held_a", "held_b"]);
+    let mq = cluster.open("Kafka Timeout Ms=30000");
+    publish_n(&mq, "held_b", 2).await;
+    let ca = mq
+        .consumer("held_a", "g")
+        .manual_ack()
+        .build()
+        .expect("consumer a");
+    let mut cb = mq
+        .consumer("held_b", "g")
+        .manual_ack()
+        .max_in_flight(2)
+        .build()
+        .expect("consumer b");
+    let batch = vec![recv(&mut cb).await, recv(&mut cb).await];
+    // Acked through `ca`: the future holds `ca`'s member, not `cb`'s.
+    let mut f = std::pin::pin!(ca.ack_all(batch));
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    assert!(
+        f.as_mut().poll(&mut cx).is_pending(),
+        "the commit's answer cannot be there yet"
+    );
+    let dropped = tokio::task::spawn_blocking(move || drop(cb));
+    tokio::time::timeout(Duration::from_secs(15), dropped)
+        .await
+        .expect("the drop does not wait for the held ack_all's time-out")
+        .expect("drop");
+    let acked = tokio::time::timeout(Duration::from_secs(15), f)
+        .await
+        .expect("the held ack_all ends");
+    assert!(acked.is_ok(), "its commit was made: {acked:?}");
+}

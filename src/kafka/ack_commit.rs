@@ -11,7 +11,9 @@
 //! - The task handles a success: it gives the commit turn back and tells the acks waiting.
 //! - A failure, a time-out, or a task that went away (its future dropped) leaves the
 //!   commit to the committer, which answers for it as for its own (`Pending::watched`).
-//!   So does a task that stops polling: the committer takes over after the time-out.
+//!   So does a task that stops polling: the committer takes over after the time-out, or
+//!   at once when anyone else waits for the commit turn (a later change, the revoke, the
+//!   close), as a future held unpolled (a `select!`'s) must block no other ack.
 
 use std::future::poll_fn;
 use std::sync::Arc;
@@ -82,7 +84,7 @@ impl Shared {
     /// committer, which commits the batch.
     pub fn commit_soon(self: &Arc<Self>, consumer: &BaseConsumer<GroupContext>) -> Option<Watch> {
         let mut st = self.lock();
-        if st.turn || st.closing || st.version == st.taken {
+        if st.turn || st.turn_wanted > 0 || st.closing || st.version == st.taken {
             drop(st);
             self.dirty.notify_one();
             return None;
@@ -92,13 +94,17 @@ impl Shared {
         let wake = Arc::new(Wake::default());
         let issued = send(consumer, &self.topic, &floors, wake.clone());
         let watched = matches!(issued, Issued::Sent(_));
-        self.lock().pending = Some(Pending {
+        let mut st = self.lock();
+        st.pending = Some(Pending {
             version,
             issued,
             sent_at: Instant::now(),
             watched,
         });
-        if !watched {
+        // Others that came while it was sent wait for it: the committer answers for it.
+        let wake_committer = !watched || st.others_wait();
+        drop(st);
+        if wake_committer {
             self.dirty.notify_one();
         }
         watched.then(|| Watch {

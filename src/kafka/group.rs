@@ -75,6 +75,9 @@ pub(super) struct State {
     /// by the committer, by an ack (`pending`), or by the revoke. Commits land in the
     /// order of their snapshots, so one at a time.
     pub(super) turn: bool,
+    /// The revoke waits for the commit turn: the committer takes over a commit an
+    /// `ack_all`'s task watches rather than wait for that task (`wait_for_work`).
+    pub(super) turn_wanted: usize,
     /// A commit an `ack_all` sent (`ack_commit.rs`).
     pub(super) pending: Option<Pending>,
     /// Since when commits have failed (none succeeded since).
@@ -125,6 +128,14 @@ struct Failure {
     /// delivered there again. An ack left behind is stale, as after a reset.
     revoked: bool,
     detail: String,
+}
+
+impl State {
+    /// Someone besides the task that watches the pending commit waits for the commit
+    /// turn to pass: a change made since its snapshot, the revoke, or the close.
+    pub(super) fn others_wait(&self) -> bool {
+        self.version != self.taken || self.turn_wanted > 0 || self.closing
+    }
 }
 
 /// What the member, its rebalance callbacks and its committer share.
@@ -184,8 +195,14 @@ impl Shared {
 
     /// Waits for the commit turn (the revoke, on the poll thread) and takes it.
     fn take_turn<'a>(&'a self, mut st: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
-        while st.turn {
-            st = self.turn_free.wait(st).unwrap_or_else(|e| e.into_inner());
+        if st.turn {
+            // A task that watches its commit may not be polled: the committer answers.
+            st.turn_wanted += 1;
+            self.dirty.notify_one();
+            while st.turn {
+                st = self.turn_free.wait(st).unwrap_or_else(|e| e.into_inner());
+            }
+            st.turn_wanted -= 1;
         }
         st.turn = true;
         st
@@ -728,7 +745,9 @@ fn wait_for_work(shared: &Shared) -> MutexGuard<'_, State> {
         if let Some(p) = &st.pending {
             let left =
                 (p.sent_at + shared.timeout + RETRY).saturating_duration_since(Instant::now());
-            if !p.watched || left.is_zero() {
+            // Someone else waits (a later ack, the revoke, the close): the committer
+            // answers at once, whether or not the watching task is polled.
+            if !p.watched || left.is_zero() || st.others_wait() {
                 return st;
             }
             st = shared
@@ -736,7 +755,7 @@ fn wait_for_work(shared: &Shared) -> MutexGuard<'_, State> {
                 .wait_timeout(st, left)
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
-        } else if !st.turn && (st.version != st.taken || st.closing) {
+        } else if !st.turn && st.turn_wanted == 0 && (st.version != st.taken || st.closing) {
             return st;
         } else {
             st = shared.dirty.wait(st).unwrap_or_else(|e| e.into_inner());
