@@ -171,16 +171,17 @@ impl Watch {
                 shared.dirty.notify_one();
             }
             // Timed out: a failed commit, as the committer's own (its late answer is
-            // dropped with its queue, outside the lock).
+            // dropped with its queue). Under the lock, as every other drop of a `Sent`:
+            // the member may stop once the committer handled it (its task's future need
+            // not hold this member: an `ack_all` through another member's consumer), and
+            // `Group::stop` orders the consumer's end after this lock only.
             None if timed_out => {
-                let timed_out = Issued::Done(Err(Error::Kafka {
+                p.issued = Issued::Done(Err(Error::Kafka {
                     context: "committing the group's offsets".to_owned(),
                     detail: "no answer within Kafka Timeout Ms".to_owned(),
                 }));
-                let sent = std::mem::replace(&mut p.issued, timed_out);
                 p.watched = false;
                 drop(st);
-                drop(sent);
                 shared.dirty.notify_one();
             }
             // Woken without the answer there (not expected: the wake comes with it).
