@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common_kafka::{Cluster, publish_n, recv};
 use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
-use spool::{Error, Spool};
+use spool::{Delivery, Error, Spool};
 
 mod common_kafka;
 
@@ -292,25 +292,10 @@ async fn a_close_while_the_cluster_is_down_returns() {
 /// does not wait for `Kafka Timeout Ms`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ack_all_dropped_while_it_waits_blocks_no_later_ack() {
-    let cluster = Cluster::new(&["dropped"]);
-    let mq = cluster.open("Kafka Timeout Ms=30000");
-    publish_n(&mq, "dropped", 3).await;
-    let mut c = mq
-        .consumer("dropped", "g")
-        .manual_ack()
-        .max_in_flight(3)
-        .build()
-        .expect("consumer");
-    let batch = vec![recv(&mut c).await, recv(&mut c).await];
-    let d2 = recv(&mut c).await;
+    let (_cluster, mq, c, batch, d2) = three_out("dropped").await;
     {
         // Polled once (the batch is acked and its commit sent), then dropped.
-        let mut f = std::pin::pin!(c.ack_all(batch));
-        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-        assert!(
-            f.as_mut().poll(&mut cx).is_pending(),
-            "the commit's answer cannot be there yet"
-        );
+        poll_once(std::pin::pin!(c.ack_all(batch)));
     }
     tokio::time::timeout(Duration::from_secs(15), d2.ack())
         .await
@@ -424,23 +409,9 @@ async fn records_deleted_before_they_were_read_do_not_hold_the_floor() {
 /// `Kafka Timeout Ms` for a task that is not looking.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ack_all_held_unpolled_blocks_no_later_ack() {
-    let cluster = Cluster::new(&["held"]);
-    let mq = cluster.open("Kafka Timeout Ms=30000");
-    publish_n(&mq, "held", 3).await;
-    let mut c = mq
-        .consumer("held", "g")
-        .manual_ack()
-        .max_in_flight(3)
-        .build()
-        .expect("consumer");
-    let batch = vec![recv(&mut c).await, recv(&mut c).await];
-    let d2 = recv(&mut c).await;
+    let (_cluster, mq, c, batch, d2) = three_out("held").await;
     let mut f = std::pin::pin!(c.ack_all(batch));
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    assert!(
-        f.as_mut().poll(&mut cx).is_pending(),
-        "the commit's answer cannot be there yet"
-    );
+    poll_once(f.as_mut());
     tokio::time::timeout(Duration::from_secs(15), d2.ack())
         .await
         .expect("a later ack does not wait for the held one's time-out")
@@ -475,11 +446,7 @@ async fn a_drop_while_an_ack_all_is_held_unpolled_returns_soon() {
     let batch = vec![recv(&mut cb).await, recv(&mut cb).await];
     // Acked through `ca`: the future holds `ca`'s member, not `cb`'s.
     let mut f = std::pin::pin!(ca.ack_all(batch));
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    assert!(
-        f.as_mut().poll(&mut cx).is_pending(),
-        "the commit's answer cannot be there yet"
-    );
+    poll_once(f.as_mut());
     let dropped = tokio::task::spawn_blocking(move || drop(cb));
     tokio::time::timeout(Duration::from_secs(15), dropped)
         .await
@@ -489,4 +456,31 @@ async fn a_drop_while_an_ack_all_is_held_unpolled_returns_soon() {
         .await
         .expect("the held ack_all ends");
     assert!(acked.is_ok(), "its commit was made: {acked:?}");
+}
+
+/// A member of group `g` on `topic` (`Kafka Timeout Ms=30000`) with its three records
+/// out: two for a batch, and one more.
+async fn three_out(topic: &str) -> (Cluster, Spool, spool::Consumer, Vec<Delivery>, Delivery) {
+    let cluster = Cluster::new(&[topic]);
+    let mq = cluster.open("Kafka Timeout Ms=30000");
+    publish_n(&mq, topic, 3).await;
+    let mut c = mq
+        .consumer(topic, "g")
+        .manual_ack()
+        .max_in_flight(3)
+        .build()
+        .expect("consumer");
+    let batch = vec![recv(&mut c).await, recv(&mut c).await];
+    let third = recv(&mut c).await;
+    (cluster, mq, c, batch, third)
+}
+
+/// Polls an `ack_all` once, with a waker that does nothing: its batch is acked and its
+/// commit sent, and the answer cannot be there yet.
+fn poll_once<F: Future<Output = spool::Result<()>>>(f: std::pin::Pin<&mut F>) {
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    assert!(
+        f.poll(&mut cx).is_pending(),
+        "the commit's answer cannot be there yet"
+    );
 }
