@@ -56,19 +56,20 @@ impl Issued {
     }
 }
 
-/// Sends the commit of `floors` without waiting for its answer; `wake` is told when the
-/// answer comes.
-fn send<C: ConsumerContext, K: rdkafka::consumer::Consumer<C>>(
+/// Sends the commit of `floors` without waiting for its answer; `wake`, if given, is
+/// told when the answer comes. The committer's and the revoke's commits are this, then
+/// `Issued::answer` (`group::commit`).
+pub(super) fn send<C: ConsumerContext, K: rdkafka::consumer::Consumer<C>>(
     consumer: &K,
     topic: &str,
     floors: &[(i32, u64, String)],
-    wake: Arc<Wake>,
+    wake: Option<Arc<Wake>>,
 ) -> Issued {
     if floors.is_empty() {
         return Issued::Done(Ok(()));
     }
     let sent = commit_list(topic, floors).and_then(|tpl| {
-        commit::start(consumer, &tpl, Some(wake))
+        commit::start(consumer, &tpl, wake)
             .map_err(|e| kafka_err("committing the group's offsets", e))
     });
     match sent {
@@ -92,7 +93,7 @@ impl Shared {
         let (version, floors) = self.snapshot(&mut st);
         drop(st);
         let wake = Arc::new(Wake::default());
-        let issued = send(consumer, &self.topic, &floors, wake.clone());
+        let issued = send(consumer, &self.topic, &floors, Some(wake.clone()));
         let watched = matches!(issued, Issued::Sent(_));
         let mut st = self.lock();
         st.pending = Some(Pending {

@@ -493,12 +493,7 @@ fn commit<C: ConsumerContext, K: rdkafka::consumer::Consumer<C>>(
     floors: &[(i32, u64, String)],
     timeout: Duration,
 ) -> Result<()> {
-    if floors.is_empty() {
-        return Ok(());
-    }
-    let tpl = commit_list(topic, floors)?;
-    super::commit::commit_within(consumer, &tpl, timeout)
-        .map_err(|e| kafka_err("committing the group's offsets", e))
+    super::ack_commit::send(consumer, topic, floors, None).answer(timeout)
 }
 
 /// The list a commit of `floors` (partition, cursor, metadata) sends.
